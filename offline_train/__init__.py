@@ -1,0 +1,1 @@
+"""K-DSM: kurtosis-guided denoising score matching for tabular anomaly detection."""

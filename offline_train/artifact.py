@@ -1,0 +1,90 @@
+"""The versioned, pickle-free model artifact: a directory of two files.
+
+- ``weights.safetensors``: the network's state dict and the sorted calibration scores.
+- ``metadata.json``: format version, model version, feature names and order,
+  schema hash, scaler, sigmas, kappas, thresholds, network config, training
+  summary, and a SHA-256 checksum over the weights file and the metadata.
+
+Loading checks the format, the checksum and the shapes, and raises
+``ArtifactError`` with the reason; nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+FORMAT = "kdsm-artifact/1"
+WEIGHTS = "weights.safetensors"
+METADATA = "metadata.json"
+
+
+class ArtifactError(ValueError):
+    """An artifact that is missing, corrupted, tampered with or of the wrong schema."""
+
+
+def schema_hash(features: list[str]) -> str:
+    """Stable short hash of the ordered feature names (float features)."""
+    return hashlib.sha256(json.dumps(list(features)).encode()).hexdigest()[:16]
+
+
+def _checksum(weights: Path, meta: dict) -> str:
+    h = hashlib.sha256()
+    h.update(weights.read_bytes())
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    h.update(json.dumps(body, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+    """Write atomically: build in a temp dir beside ``path``, then rename over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+        meta = {**meta, "format": FORMAT}
+        meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
+    """Tensors (on CPU) and metadata, verified; raises ArtifactError."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ArtifactError(f"no model artifact at {path} (expected a directory with {METADATA} and {WEIGHTS})")
+    try:
+        meta = json.loads((path / METADATA).read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing {METADATA}") from None
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{path}/{METADATA} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ArtifactError(f"{path}: unsupported artifact format {meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT}")
+    weights = path / WEIGHTS
+    if not weights.is_file():
+        raise ArtifactError(f"{path}: missing {WEIGHTS}")
+    if _checksum(weights, meta) != meta.get("checksum"):
+        raise ArtifactError(f"{path}: checksum mismatch: the artifact was modified or corrupted")
+    try:
+        tensors = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError) as e:
+        raise ArtifactError(f"{path}: cannot read weights: {e}") from None
+    if schema_hash(meta.get("features", [])) != meta.get("schema_hash"):
+        raise ArtifactError(f"{path}: schema hash does not match the feature list")
+    return tensors, meta

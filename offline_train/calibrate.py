@@ -1,0 +1,61 @@
+"""Thresholds from held-out scores (DESIGN 3.7).
+
+>>> cal = Calibration.fit(np.arange(1, 101, dtype=float), {"warning": 0.9, "critical": 0.99})
+>>> round(cal.thresholds["warning"], 2), round(cal.thresholds["critical"], 2)
+(90.1, 99.01)
+>>> cal.p_values(np.array([100.0, 0.5])).round(4).tolist()
+[0.0198, 1.0]
+>>> cal.severity(np.array([50.0, 95.0, 100.0])).tolist()
+['', 'warning', 'critical']
+>>> round(cal.threshold_for_quantile(0.5), 2)
+50.5
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Calibration:
+    """Sorted calibration scores and named severity thresholds (quantiles of them)."""
+
+    scores: np.ndarray  # sorted ascending
+    quantiles: dict[str, float]
+    thresholds: dict[str, float]
+
+    @classmethod
+    def fit(cls, scores: np.ndarray, severities: dict[str, float]) -> Calibration:
+        s = np.sort(np.asarray(scores, dtype=np.float64))
+        if len(s) == 0:
+            raise ValueError("calibration needs at least one score")
+        thresholds = {name: float(np.quantile(s, q)) for name, q in severities.items()}
+        return cls(s, dict(severities), thresholds)
+
+    def threshold_for_quantile(self, q: float) -> float:
+        return float(np.quantile(self.scores, q))
+
+    def quantile_of(self, threshold: float) -> float:
+        """Fraction of calibration scores below ``threshold`` (the rate it would not alert)."""
+        return float(np.searchsorted(self.scores, threshold, side="left") / len(self.scores))
+
+    def p_values(self, scores: np.ndarray) -> np.ndarray:
+        """(1 + #calibration scores >= s) / (n + 1)."""
+        n = len(self.scores)
+        at_or_above = n - np.searchsorted(self.scores, np.asarray(scores, dtype=np.float64), side="left")
+        return (1.0 + at_or_above) / (n + 1.0)
+
+    def severity(self, scores: np.ndarray, thresholds: dict[str, float] | None = None) -> np.ndarray:
+        """Name of the highest threshold each score reaches ('' below all)."""
+        return severity_of(scores, thresholds or self.thresholds)
+
+
+def severity_of(scores: np.ndarray, thresholds: dict[str, float]) -> np.ndarray:
+    """Vectorised: the highest named threshold each score reaches, '' when none."""
+    scores = np.asarray(scores, dtype=np.float64)
+    out = np.full(scores.shape, "", dtype=object)
+    for name, t in sorted(thresholds.items(), key=lambda kv: kv[1]):
+        out[scores >= t] = name
+    return out

@@ -1,0 +1,66 @@
+"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.cli``.
+
+Each ``register`` takes the argparse subparsers and the settings class to load
+(the full product settings, so one YAML file serves every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import load_settings
+
+
+def register(sub: argparse._SubParsersAction, settings_cls) -> None:
+    p = sub.add_parser("train", help="train K-DSM on Parquet and write a model artifact",
+                       description="Parquet -> sigmas -> model -> train -> calibrate -> artifact (+ report/).")
+    p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob")
+    p.add_argument("--out", required=True, help="artifact directory to write")
+    p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
+    p.add_argument("--features", nargs="+", help="feature columns, in order (default: all numeric non-id columns)")
+    p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
+    p.add_argument("--steps", type=int, help="fixed number of optimiser steps (overrides the profile)")
+    p.add_argument("--no-ema", action="store_true", help="turn off EMA-teacher filtering (clean training data)")
+    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=lambda a: _train(a, settings_cls))
+
+    p = sub.add_parser("score", help="score a Parquet file with a model artifact",
+                       description="Writes id/ts/label (when present), score, p_value and severity per row.")
+    p.add_argument("--model", required=True, help="artifact directory")
+    p.add_argument("--data", required=True, help="Parquet file, directory or glob")
+    p.add_argument("--out", required=True, help="output Parquet file")
+    p.set_defaults(func=_score)
+
+
+def _train(a, settings_cls) -> int:
+    from .job import train_job
+
+    s = load_settings(settings_cls, a.config)
+    # CLI flags are the highest-priority overrides; validate_assignment checks them.
+    if a.features:
+        s.data.features = a.features
+    if a.profile:
+        s.train.profile = a.profile
+    if a.steps:
+        s.train.steps = a.steps
+    if a.no_ema:
+        s.ema.enabled = False
+    if a.seed is not None:
+        s.train.seed = a.seed
+    if a.device:
+        s.train.device = a.device
+    summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty())
+    print(json.dumps({"version": summary["version"], "labels": summary.get("labels"),
+                      "train_seconds": summary["train"]["seconds"]}))
+    return 0
+
+
+def _score(a) -> int:
+    from .job import score_job
+
+    score_job(a.model, a.data, a.out)
+    return 0

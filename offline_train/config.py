@@ -1,0 +1,201 @@
+"""Typed configuration of the offline job (pydantic-settings).
+
+Every key comes, in rising priority, from: the defaults below, a YAML file,
+environment variables ``KDSM_<SECTION>__<KEY>`` and explicit overrides (CLI
+flags). Unknown keys are an error, so a typo never silently falls back to a
+default.
+
+>>> s = TrainSettings()
+>>> (s.sigma.base, s.sigma.c, s.sigma.clip, s.train.profile)
+(0.5, 0.33, 'code', 'fast')
+>>> s.sigma.clip_range
+(0.1, 3.0)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    """A config file or value that cannot be used; the message says which key and why."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(Section):
+    """Which Parquet columns are features, ids, times and (optional) labels."""
+
+    features: list[str] | None = Field(None, description="feature columns in order; None = every numeric column that is not id/timestamp/label")
+    id_column: str = "id"
+    timestamp_column: str = "ts"
+    label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
+    batch_rows: int = Field(65536, gt=0, description="Parquet record-batch size while streaming")
+    max_train_rows: int = Field(200_000, gt=0, description="cap on rows held in memory for SGD (uniform sample)")
+    scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
+
+
+class SigmaConfig(Section):
+    """Per-feature noise scales from kurtosis (DESIGN 3.2)."""
+
+    mode: Literal["kurtosis", "global"] = "kurtosis"
+    base: float = Field(0.5, gt=0)
+    c: float = 0.33
+    trim: float = Field(0.02, ge=0, lt=0.5, description="fraction trimmed at each tail")
+    bins: int = Field(200, ge=2)
+    clip: Literal["code", "paper"] = Field("code", description="code = [0.1, 3.0], paper = [0.1, 2.0]")
+    discrete_kappa: float = Field(1.8, description="kappa for binary/ternary/constant columns")
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        return (0.1, 3.0) if self.clip == "code" else (0.1, 2.0)
+
+
+class ModelConfig(Section):
+    """ResNet-MLP score network (DESIGN 3.3)."""
+
+    width: int = Field(512, gt=0)
+    depth: int = Field(6, ge=0)
+    dropout_hidden: float = Field(0.2, ge=0, lt=1)
+    dropout_residual: float = Field(0.1, ge=0, lt=1)
+
+
+class EMAConfig(Section):
+    """EMA-teacher filtering (DESIGN 3.5)."""
+
+    enabled: bool = True
+    decay: float = Field(0.999, gt=0, lt=1)
+    percentile: float = Field(80.0, gt=0, le=100)
+    average_buffers: bool = Field(False, description="also average BatchNorm running stats (reference code: no)")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # Published settings: 500 epochs of the 512x6 network.
+    "paper": {"epochs": 500, "steps": None},
+    # CPU profile: a fixed step budget; quality measured in docs/results.md.
+    "fast": {"epochs": None, "steps": 2000},
+}
+
+
+class OptimConfig(Section):
+    """Training loop (DESIGN 3.4). ``profile`` fills epochs/steps unless they are set."""
+
+    profile: Literal["fast", "paper"] = "fast"
+    epochs: int | None = Field(None, gt=0)
+    steps: int | None = Field(None, gt=0)
+    batch_size: int = Field(128, gt=1)
+    noise_copies: int = Field(3, gt=0)
+    lr: float = Field(5e-4, gt=0)
+    weight_decay: float = Field(5e-5, ge=0)
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast where the CPU/GPU supports it")
+    device: str = Field("auto", description="auto = cuda when present, else cpu")
+    seed: int = 0
+    threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")
+
+    def budget(self, n_rows: int) -> int:
+        """Number of optimiser steps for ``n_rows`` training rows."""
+        preset = PROFILES[self.profile]
+        if self.steps is not None:
+            return self.steps
+        if self.epochs is not None:
+            epochs = self.epochs
+        elif preset["steps"] is not None:
+            return int(preset["steps"])
+        else:
+            epochs = int(preset["epochs"])
+        per_epoch = max(1, -(-n_rows // self.batch_size))
+        return epochs * per_epoch
+
+
+class CalibrationConfig(Section):
+    """Held-out calibration slice and named severities (DESIGN 3.7)."""
+
+    holdout: float = Field(0.2, gt=0, lt=1, description="fraction of the training window kept out of training")
+    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999})
+    top_features: int = Field(5, gt=0, description="features listed in an explanation")
+
+    @model_validator(mode="after")
+    def _quantiles_valid(self) -> CalibrationConfig:
+        for name, q in self.severities.items():
+            if not 0 < q < 1:
+                raise ValueError(f"severity {name!r}: quantile {q} is not in (0, 1)")
+        return self
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by ``_config_file`` (set per load, see ``load_settings``)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path | None):
+        super().__init__(settings_cls)
+        self.path = path
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does it all
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = yaml.safe_load(self.path.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {self.path}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {self.path} is not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {self.path} must hold a mapping of sections")
+        return data
+
+
+class KDSMSettings(BaseSettings):
+    """Base of the project's settings classes: env prefix, YAML source, strict keys."""
+
+    model_config = SettingsConfigDict(env_prefix="KDSM_", env_nested_delimiter="__", extra="forbid")
+    _yaml_path: Path | None = None
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return (init_settings, env_settings, _YamlSource(settings_cls, _CURRENT_FILE.get(cls)), file_secret_settings)
+
+
+class TrainSettings(KDSMSettings):
+    """Everything the offline job needs."""
+
+    data: DataConfig = DataConfig()
+    sigma: SigmaConfig = SigmaConfig()
+    model: ModelConfig = ModelConfig()
+    ema: EMAConfig = EMAConfig()
+    train: OptimConfig = OptimConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
+
+
+# The YAML path travels to settings_customise_sources through this per-class slot:
+# pydantic-settings builds sources before __init__ can see a custom argument.
+_CURRENT_FILE: dict[type, Path | None] = {}
+
+
+def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLike | None = None, **overrides: Any):
+    """Build ``cls`` from defaults < YAML ``path`` < env ``KDSM_*`` < ``overrides``.
+
+    Raises ``ConfigError`` with a readable message (no traceback needed).
+    """
+    _CURRENT_FILE[cls] = Path(path) if path is not None else None
+    try:
+        return cls(**overrides)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"  {where}: {msg}")
+        source = f" in {path}" if path else ""
+        raise ConfigError(f"invalid configuration{source}:\n" + "\n".join(lines)) from None
+    finally:
+        _CURRENT_FILE.pop(cls, None)

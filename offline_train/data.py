@@ -1,0 +1,193 @@
+"""Parquet input: resolve files, choose feature columns, stream clean float batches.
+
+The offline job never holds more than one record batch of raw Parquet in
+memory while computing statistics; rows with a missing or non-finite feature
+are counted and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+
+class DataError(ValueError):
+    """Input data that cannot be used; the message says what and where."""
+
+
+def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
+    """Parquet files named by a file, a directory (searched recursively) or a glob."""
+    if isinstance(spec, list):
+        return [p for s in spec for p in resolve_paths(s)]
+    text = str(spec)
+    path = Path(text)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    elif path.is_file():
+        files = [path]
+    elif any(ch in text for ch in "*?["):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    else:
+        raise DataError(f"no such file or directory: {text}")
+    if not files:
+        raise DataError(f"no Parquet files found at {text}")
+    return files
+
+
+def _dataset(files: list[Path]) -> ds.Dataset:
+    try:
+        return ds.dataset([str(f) for f in files], format="parquet")
+    except (pa.ArrowInvalid, OSError) as e:
+        raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
+
+
+def infer_features(schema: pa.Schema, requested: list[str] | None, exclude: set[str]) -> list[str]:
+    """Feature columns in order: ``requested`` checked against the schema, else numeric non-excluded ones."""
+    if requested:
+        names = set(schema.names)
+        unknown = [f for f in requested if f not in names]
+        if unknown:
+            raise DataError(f"unknown feature column(s): {', '.join(unknown)}; the data has: {', '.join(schema.names)}")
+        bad = [f for f in requested if not _is_numeric(schema.field(f).type)]
+        if bad:
+            raise DataError(f"feature column(s) are not numeric: {', '.join(bad)}")
+        return list(requested)
+    features = [f.name for f in schema if _is_numeric(f.type) and f.name not in exclude]
+    if not features:
+        raise DataError("no numeric feature columns in the data (id, timestamp and label columns are excluded)")
+    return features
+
+
+@dataclass
+class ParquetSource:
+    """Streams a Parquet dataset as float64 feature batches (plus labels when named)."""
+
+    path: str | os.PathLike | list
+    features: list[str] | None = None
+    id_column: str = "id"
+    timestamp_column: str = "ts"
+    label_column: str | None = "label"
+    batch_rows: int = 65536
+    files: list[Path] = field(init=False)
+    rows_read: int = field(init=False, default=0)
+    rows_skipped: int = field(init=False, default=0)
+
+    def __post_init__(self):
+        self.files = resolve_paths(self.path)
+        self._ds = _dataset(self.files)
+        schema = self._ds.schema
+        exclude = {self.id_column, self.timestamp_column}
+        if self.label_column:
+            exclude.add(self.label_column)
+        self.features = infer_features(schema, self.features, exclude)
+        self.has_labels = bool(self.label_column) and self.label_column in schema.names
+
+    def batches(self, with_labels: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass."""
+        columns = list(self.features) + ([self.label_column] if with_labels and self.has_labels else [])
+        read = skipped = 0
+        try:
+            for rb in self._ds.to_batches(columns=columns, batch_size=self.batch_rows):
+                if rb.num_rows == 0:
+                    continue
+                X = np.column_stack([_to_float(rb.column(i)) for i in range(len(self.features))])
+                ok = np.isfinite(X).all(axis=1)
+                y = None
+                if with_labels and self.has_labels:
+                    y = _to_float(rb.column(len(self.features)))
+                    ok &= np.isfinite(y)
+                    y = y[ok].astype(np.int64)
+                read += rb.num_rows
+                skipped += int((~ok).sum())
+                yield X[ok], y
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"cannot read Parquet data: {e}") from None
+        self.rows_read, self.rows_skipped = read, skipped
+
+    def load(self, max_rows: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+        """All finite rows (X, y) in stored order, or a uniform sample of ``max_rows`` of them."""
+        X, y = bounded_sample(self.batches(with_labels=True), max_rows, seed)
+        if len(X) == 0:
+            raise DataError(f"no usable rows in {self.path}: {self.rows_read} read, "
+                            f"{self.rows_skipped} with missing or non-finite features")
+        return X, y
+
+
+def bounded_sample(batches, max_rows: int | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """Concatenate (X, y) batches, keeping a uniform sample of at most ``max_rows`` rows in stored order.
+
+    Memory stays under ~2 * max_rows rows: whenever the buffer doubles it is
+    thinned, each row kept with equal probability.
+    """
+    rng = np.random.default_rng(seed)
+    xs, ys, kept = [], [], 0
+    for X, y in batches:
+        xs.append(X)
+        ys.append(y)
+        kept += len(X)
+        if max_rows is not None and kept > 2 * max_rows:
+            xs, ys = _thin(xs, ys, max_rows, rng)
+            kept = max_rows
+    if not xs:
+        return np.zeros((0, 0)), None
+    if max_rows is not None and kept > max_rows:
+        xs, ys = _thin(xs, ys, max_rows, rng)
+    return np.concatenate(xs), (np.concatenate(ys) if ys[0] is not None else None)
+
+
+def _thin(xs, ys, k, rng):
+    X = np.concatenate(xs)
+    y = np.concatenate(ys) if ys[0] is not None else None
+    keep = np.sort(rng.choice(len(X), k, replace=False))
+    return [X[keep]], [None if y is None else y[keep]]
+
+
+def _to_float(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow column -> float64 with NaN for nulls (booleans become 0/1)."""
+    if pa.types.is_boolean(col.type) or pa.types.is_decimal(col.type):
+        col = col.cast(pa.float64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def write_parquet(path: str | os.PathLike, X: np.ndarray, feature_names: list[str], y: np.ndarray | None = None,
+                  ids: np.ndarray | None = None) -> Path:
+    """Write a feature matrix (and optional labels/ids) as a Parquet file."""
+    cols = {}
+    if ids is not None:
+        cols["id"] = pa.array(ids)
+    for j, name in enumerate(feature_names):
+        cols[name] = pa.array(np.asarray(X[:, j], dtype=np.float64))
+    if y is not None:
+        cols["label"] = pa.array(np.asarray(y, dtype=np.int64))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def load_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """An ADBench ``.npz`` (keys X, y; 1 = anomaly) as float64 X and int y. No pickle."""
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            return d["X"].astype(np.float64), d["y"].astype(np.int64).ravel()
+    except (OSError, KeyError, ValueError) as e:
+        raise DataError(f"cannot read {path} as an ADBench .npz (keys X, y): {e}") from None
+
+
+def npz_to_parquet(npz: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Export an ADBench ``.npz`` as Parquet with columns id, f0..f{d-1}, label."""
+    X, y = load_npz(npz)
+    names = [f"f{j}" for j in range(X.shape[1])]
+    return write_parquet(out, X, names, y=y, ids=np.arange(len(X)))

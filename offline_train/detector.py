@@ -1,0 +1,295 @@
+"""``KDSM``: the detector, in the scikit-learn / PyOD estimator style.
+
+``fit`` returns self; learned state ends in ``_``; a higher
+``decision_function`` means more anomalous. The same object is what the
+streamer loads to score events, so offline and online scoring share one path.
+
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> X = rng.normal(size=(400, 3))
+>>> det = KDSM(model=ModelConfig(width=32, depth=1), train=OptimConfig(steps=30, precision="fp32")).fit(X)
+>>> det.sigmas_.shape, sorted(det.thresholds_)
+((3,), ['critical', 'warning'])
+>>> s = det.decision_function(np.array([[0., 0., 0.], [8., -8., 8.]]))
+>>> bool(s[1] > s[0])
+True
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
+from .calibrate import Calibration, severity_of
+from .config import CalibrationConfig, EMAConfig, ModelConfig, OptimConfig, SigmaConfig, TrainSettings
+from .data import ParquetSource, bounded_sample
+from .model import ScoreNet, resolve_device
+from .scaler import ColumnMoments, Scaler
+from .sigmas import KurtosisSigmas
+from .train import TrainSummary, train_score_net
+
+
+@dataclass
+class Explanation:
+    """Per-row top features, in original units. Arrays have shape (n, k)."""
+
+    scores: np.ndarray
+    features: np.ndarray  # feature indices, most contributing first
+    contribution: np.ndarray  # share of the squared score norm, in [0, 1]
+    direction: np.ndarray  # sign of f(x): +1 = the feature should rise to look normal
+    value: np.ndarray
+    expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
+
+
+class KDSM:
+    """Kurtosis-guided denoising score matching anomaly detector.
+
+    Parameters are the config sections of ``offline_train.config``; see
+    DESIGN 3 for the method. ``ema.enabled`` turns on the EMA-teacher filter
+    (K-DSM-EMA) for contaminated training data; ``sigma.mode="global"`` gives
+    plain single-scale DSM.
+    """
+
+    def __init__(self, sigma: SigmaConfig | None = None, model: ModelConfig | None = None,
+                 ema: EMAConfig | None = None, train: OptimConfig | None = None,
+                 calibration: CalibrationConfig | None = None, scale_discrete: bool = False,
+                 max_train_rows: int = 200_000):
+        self.sigma = sigma or SigmaConfig()
+        self.model = model or ModelConfig()
+        self.ema = ema or EMAConfig(enabled=False)
+        self.train = train or OptimConfig()
+        self.calibration = calibration or CalibrationConfig()
+        self.scale_discrete = scale_discrete
+        self.max_train_rows = max_train_rows
+
+    @classmethod
+    def from_settings(cls, s: TrainSettings) -> KDSM:
+        return cls(s.sigma, s.model, s.ema, s.train, s.calibration, s.data.scale_discrete, s.data.max_train_rows)
+
+    # ----------------------------------------------------------------- fitting
+    def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False) -> KDSM:
+        """Fit on raw rows ``X`` (n, d). ``y`` is ignored (unsupervised, as in PyOD)."""
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or len(X) < 2:
+            raise ValueError(f"X must be a 2-D array with at least 2 rows, got shape {X.shape}")
+        if not np.isfinite(X).all():
+            raise ValueError("X contains NaN or infinite values")
+        names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
+        train_X, cal_X = self._holdout_split(X)
+        scaler = Scaler.fit(train_X, self.scale_discrete)
+        sig = KurtosisSigmas.from_config(self.sigma).fit(train_X, scaler)
+        return self._fit_network(train_X, cal_X, scaler, sig, names, progress)
+
+    def fit_source(self, source: ParquetSource, progress: bool = False) -> KDSM:
+        """Fit from Parquet: scaler and sigmas stream over record batches; the network trains on a sample.
+
+        The calibration holdout is drawn before any statistic, so its rows
+        never shape the scaler, the sigmas or the network.
+        """
+        d = len(source.features)
+        holdout = self._holdout_mask_fn()
+
+        def train_batches():
+            offset = 0
+            for Xb, _ in source.batches():
+                keep = ~holdout(offset, len(Xb))
+                offset += len(Xb)
+                yield Xb[keep]
+
+        moments = ColumnMoments.empty(d)
+        for Xb in train_batches():
+            moments.update(Xb)
+        if moments.n < 2:
+            raise ValueError(f"too few usable rows to train: {moments.n} (read {source.rows_read}, skipped {source.rows_skipped})")
+        scaler = Scaler.from_moments(moments, self.scale_discrete)
+        sig = KurtosisSigmas.from_config(self.sigma).fit_batches(train_batches, scaler)
+        def split_batches(want_holdout: bool):
+            offset = 0
+            for Xb, yb in source.batches():
+                m = holdout(offset, len(Xb))
+                offset += len(Xb)
+                yield Xb[m if want_holdout else ~m], None
+
+        train_X, _ = bounded_sample(split_batches(False), self.max_train_rows, self.train.seed)
+        cal_X, _ = bounded_sample(split_batches(True), self.max_train_rows, self.train.seed)
+        cal_X = cal_X if cal_X.size else train_X[:0]
+        self.data_summary_ = {"rows_read": source.rows_read, "rows_skipped": source.rows_skipped,
+                              "train_rows": int(len(train_X)), "calibration_rows": int(len(cal_X))}
+        return self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress)
+
+    def _holdout_mask_fn(self):
+        """Row i (in stored order) is held out iff a seeded hash of i falls under ``holdout``.
+
+        A pure function of the row index, so every streaming pass agrees on it.
+        """
+        frac, seed = self.calibration.holdout, self.train.seed
+
+        def mask(offset: int, n: int) -> np.ndarray:
+            idx = np.arange(offset, offset + n, dtype=np.uint64)
+            h = (idx * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed * 0xBF58476D1CE4E5B9 % (1 << 64))) & np.uint64((1 << 64) - 1)
+            h ^= h >> np.uint64(31)
+            return (h % np.uint64(1_000_000)).astype(np.float64) / 1e6 < frac
+
+        return mask
+
+    def _holdout_split(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mask = self._holdout_mask_fn()(0, len(X))
+        if mask.sum() < 1 or (~mask).sum() < 2:
+            return X, X[:0]
+        return X[~mask], X[mask]
+
+    def _fit_network(self, train_X, cal_X, scaler: Scaler, sig: KurtosisSigmas, names: list[str], progress: bool) -> KDSM:
+        t = self.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.device_ = resolve_device(t.device)
+        self.feature_names_ = names
+        self.n_features_in_ = len(names)
+        self.scaler_, self.sigmas_, self.kappas_ = scaler, sig.sigmas_, sig.kappas_
+        torch.manual_seed(t.seed)
+        self.net_ = ScoreNet.from_config(len(names), self.model)
+        Z = scaler.transform(train_X)
+        steps = t.budget(len(Z))
+        self.train_summary_: TrainSummary = train_score_net(
+            Z, self.sigmas_, self.net_, steps=steps, batch_size=t.batch_size, copies=t.noise_copies, lr=t.lr,
+            weight_decay=t.weight_decay, ema=self.ema.enabled, ema_decay=self.ema.decay,
+            ema_percentile=self.ema.percentile, ema_buffers=self.ema.average_buffers, precision=t.precision,
+            device=self.device_, seed=t.seed, progress=progress)
+        self.net_.eval()
+        # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
+        self.calibration_source_ = "holdout" if len(cal_X) else "train"
+        cal_scores = self.decision_function(cal_X if len(cal_X) else train_X)
+        self.calibration_ = Calibration.fit(cal_scores, self.calibration.severities)
+        self.version_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+        return self
+
+    # ----------------------------------------------------------------- scoring
+    @property
+    def thresholds_(self) -> dict[str, float]:
+        return self.calibration_.thresholds
+
+    @property
+    def threshold_(self) -> float:
+        """The lowest severity's threshold (``predict`` uses it)."""
+        return min(self.thresholds_.values())
+
+    @property
+    def schema_hash_(self) -> str:
+        return schema_hash(self.feature_names_)
+
+    @torch.no_grad()
+    def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and the raw network outputs f(x) for raw rows ``X``, in eval mode (batch-invariant)."""
+        Z = self.scaler_.transform(np.asarray(X, dtype=np.float64)).astype(np.float32)
+        if Z.ndim != 2 or Z.shape[1] != self.n_features_in_:
+            raise ValueError(f"expected {self.n_features_in_} features, got shape {Z.shape}")
+        outs = []
+        cuda = self.device_.type == "cuda"
+        for i in range(0, len(Z), chunk):
+            t = torch.from_numpy(Z[i:i + chunk])
+            if cuda:
+                t = t.pin_memory().to(self.device_, non_blocking=True)
+            outs.append(self.net_(t).float().cpu().numpy())
+        F = np.concatenate(outs) if outs else np.zeros((0, self.n_features_in_), np.float32)
+        return np.linalg.norm(F.astype(np.float64), axis=1), F
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        """Anomaly score: L2 norm of f(x) on the standardised row. Higher = more anomalous."""
+        return self.score_outputs(X)[0]
+
+    def predict(self, X: np.ndarray, severity: str | None = None) -> np.ndarray:
+        """1 where the score reaches the threshold of ``severity`` (default: the lowest), else 0."""
+        t = self.thresholds_[severity] if severity else self.threshold_
+        return (self.decision_function(X) >= t).astype(np.int64)
+
+    def p_values(self, scores: np.ndarray) -> np.ndarray:
+        return self.calibration_.p_values(scores)
+
+    def severity(self, scores: np.ndarray, thresholds: dict[str, float] | None = None) -> np.ndarray:
+        return severity_of(scores, thresholds or self.thresholds_)
+
+    def explain(self, X: np.ndarray, top_k: int | None = None, outputs: np.ndarray | None = None) -> Explanation:
+        """Top features per row: contribution = f_j^2 / ||f||^2; expected value by Tweedie's formula.
+
+        Pass ``outputs`` (from ``score_outputs``) to skip the forward pass.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        F = self.score_outputs(X)[1] if outputs is None else outputs
+        F = F.astype(np.float64)
+        k = min(top_k or self.calibration.top_features, self.n_features_in_)
+        sq = F**2
+        total = sq.sum(axis=1, keepdims=True)
+        share = np.divide(sq, total, out=np.zeros_like(sq), where=total > 0)
+        top = np.argsort(-share, axis=1, kind="stable")[:, :k]
+        rows = np.arange(len(X))[:, None]
+        Z = self.scaler_.transform(X)
+        expected = self.scaler_.inverse_transform(Z + self.sigmas_ * F)
+        return Explanation(scores=np.sqrt(total[:, 0]), features=top, contribution=share[rows, top],
+                           direction=np.sign(F[rows, top]), value=X[rows, top], expected=expected[rows, top])
+
+    # ----------------------------------------------------------------- persistence
+    def save(self, path, extra: dict | None = None) -> Path:
+        """Write the artifact directory (see ``offline_train.artifact``)."""
+        tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
+        tensors["calibration_scores"] = torch.as_tensor(self.calibration_.scores, dtype=torch.float64)
+        meta = {
+            "version": self.version_,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "features": self.feature_names_,
+            "schema_hash": self.schema_hash_,
+            "scaler": self.scaler_.to_dict(),
+            "sigmas": self.sigmas_.tolist(),
+            "kappas": self.kappas_.tolist(),
+            "sigma_config": self.sigma.model_dump(),
+            "model_config": {"d": self.n_features_in_, **self.model.model_dump()},
+            "ema_config": self.ema.model_dump(),
+            "train_config": self.train.model_dump(),
+            "thresholds": self.thresholds_,
+            "quantiles": self.calibration_.quantiles,
+            "calibration": {"source": self.calibration_source_, "n": int(len(self.calibration_.scores)),
+                            "top_features": self.calibration.top_features},
+            "train_summary": self.train_summary_.to_dict(),
+            "data_summary": getattr(self, "data_summary_", None),
+            **(extra or {}),
+        }
+        return write_artifact(path, tensors, meta)
+
+    @classmethod
+    def load(cls, path, device: str = "auto") -> KDSM:
+        """Load a verified artifact onto ``device`` (a GPU-trained artifact loads on CPU)."""
+        tensors, meta = read_artifact(path)
+        try:
+            mc = dict(meta["model_config"])
+            d = int(mc.pop("d"))
+            det = cls(sigma=SigmaConfig(**meta["sigma_config"]), model=ModelConfig(**mc),
+                      ema=EMAConfig(**meta["ema_config"]), train=OptimConfig(**{**meta["train_config"], "device": device}),
+                      calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
+            det.feature_names_ = list(meta["features"])
+            det.n_features_in_ = d
+            if len(det.feature_names_) != d or len(meta["sigmas"]) != d:
+                raise ArtifactError(f"{path}: feature count mismatch ({len(det.feature_names_)} names, d={d})")
+            det.scaler_ = Scaler.from_dict(meta["scaler"])
+            det.sigmas_ = np.asarray(meta["sigmas"], float)
+            det.kappas_ = np.asarray(meta["kappas"], float)
+            det.net_ = ScoreNet.from_config(d, det.model)
+            det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
+            det.device_ = resolve_device(device)
+            det.net_.to(det.device_).eval()
+            det.calibration_ = Calibration(tensors["calibration_scores"].numpy(), dict(meta["quantiles"]),
+                                           {k: float(v) for k, v in meta["thresholds"].items()})
+            det.calibration_source_ = meta["calibration"]["source"]
+            det.train_summary_ = TrainSummary(**{**meta["train_summary"], "loss_curve": [tuple(p) for p in meta["train_summary"]["loss_curve"]]})
+            det.data_summary_ = meta.get("data_summary")
+            det.version_ = meta["version"]
+            det.metadata_ = meta
+        except ArtifactError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ArtifactError(f"{path}: artifact metadata and weights do not fit together: {e}") from None
+        return det

@@ -1,0 +1,94 @@
+"""The offline job: Parquet -> sigmas -> model -> train -> calibrate -> artifact (+ report).
+
+Also batch scoring of a Parquet file with a saved artifact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from .config import TrainSettings
+from .data import DataError, ParquetSource, _dataset, resolve_paths
+from .detector import KDSM
+from .report import write_report
+
+
+def label_metrics(y: np.ndarray, scores: np.ndarray) -> dict | None:
+    """AUC-PR (average precision) and AUC-ROC, or None when only one class is present."""
+    if y is None or len(np.unique(y)) < 2:
+        return None
+    return {"auc_pr": float(average_precision_score(y, scores)), "auc_roc": float(roc_auc_score(y, scores)),
+            "n": int(len(y)), "anomalies": int(y.sum())}
+
+
+def train_job(settings: TrainSettings, data, out, progress: bool = True, log=print) -> dict:
+    """Train from Parquet ``data`` and write the artifact and its report to ``out``; returns the summary."""
+    dc = settings.data
+    source = ParquetSource(data, features=dc.features, id_column=dc.id_column, timestamp_column=dc.timestamp_column,
+                           label_column=dc.label_column, batch_rows=dc.batch_rows)
+    log(f"data: {len(source.files)} file(s), {len(source.features)} features")
+    det = KDSM.from_settings(settings).fit_source(source, progress=progress)
+    ts = det.train_summary_
+    log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
+        + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
+    summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
+               "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist())),
+               "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,
+               "train": {k: v for k, v in ts.to_dict().items() if k != "loss_curve"}}
+    if source.has_labels:
+        # Labels are read only now, after training, and only for the report.
+        X, y = source.load()
+        summary["labels"] = label_metrics(y, det.decision_function(X))
+        if summary["labels"]:
+            log(f"labels ({dc.label_column}, never used for training): AUC-PR {summary['labels']['auc_pr']:.3f}, "
+                f"AUC-ROC {summary['labels']['auc_roc']:.3f} on {summary['labels']['n']} rows")
+    out = Path(out)
+    det.save(out, extra={"label_metrics": summary.get("labels"), "data_summary": summary["data"]})
+    summary["report_files"] = write_report(out / "report", summary, det)
+    log(f"artifact: {out} (version {det.version_}); report: {out / 'report' / 'report.json'}")
+    return summary
+
+
+def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
+    """Score every row of Parquet ``data``; rows with bad features get a null score and ``invalid`` severity."""
+    det = KDSM.load(model)
+    files = resolve_paths(data)
+    dataset = _dataset(files)
+    names = dataset.schema.names
+    missing = [f for f in det.feature_names_ if f not in names]
+    if missing:
+        raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
+    passthrough = [c for c in ("id", "ts", "label") if c in names]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer, counts = None, {"rows": 0, "invalid": 0}
+    try:
+        for rb in dataset.to_batches(columns=passthrough + det.feature_names_, batch_size=batch_rows):
+            X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
+                                 for f in det.feature_names_])
+            ok = np.isfinite(X).all(axis=1)
+            scores = np.full(len(X), np.nan)
+            scores[ok] = det.decision_function(X[ok])
+            sev = det.severity(np.where(ok, scores, -np.inf)).astype(str)
+            sev[~ok] = "invalid"
+            cols = {c: rb.column(c) for c in passthrough}
+            cols["score"] = pa.array(scores, mask=~ok)
+            cols["p_value"] = pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok)
+            cols["severity"] = pa.array(sev)
+            table = pa.table(cols)
+            writer = writer or pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+            counts["rows"] += len(X)
+            counts["invalid"] += int((~ok).sum())
+    finally:
+        if writer:
+            writer.close()
+    if counts["rows"] == 0:
+        raise DataError(f"no rows in {data}")
+    log(f"scored {counts['rows']} rows ({counts['invalid']} invalid) with model {det.version_} -> {out}")
+    return counts

@@ -1,0 +1,1 @@
+"""The online service: Kafka in, alerts and dead letters out."""

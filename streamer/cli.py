@@ -1,0 +1,48 @@
+"""``kdsm``: one command, many subcommands, each with ``--help``.
+
+Errors a user can fix (bad config, missing file, bad data, bad artifact)
+print one line on stderr and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from offline_train.artifact import ArtifactError
+from offline_train.config import ConfigError
+from offline_train.data import DataError
+
+from .config import Settings
+
+# Modules exposing ``register(subparsers, settings_cls)``, in help order.
+COMMAND_MODULES = [
+    "offline_train.cli",
+]
+
+USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub, Settings)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as e:
+        print(f"kdsm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kdsm {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
