@@ -20,6 +20,8 @@ from .config import Settings
 COMMAND_MODULES = [
     "offline_train.cli",
 ]
+# Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
+BENCH_MODULES: list[str] = []
 
 USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError)
 
@@ -29,6 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub, Settings)
+    if BENCH_MODULES:
+        bench = sub.add_parser("bench", help="benchmarks that print figures and write them to files")
+        bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+        for name in BENCH_MODULES:
+            importlib.import_module(name).register_bench(bench_sub, Settings)
     return parser
 
 
