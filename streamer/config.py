@@ -10,8 +10,74 @@ Loaded from YAML with env overrides ``KDSM_<SECTION>__<KEY>`` (see
 
 from __future__ import annotations
 
-from offline_train.config import TrainSettings
+from pydantic import Field, SecretStr
+
+from offline_train.config import Section, TrainSettings
+
+
+class KafkaConfig(Section):
+    """Broker, topics and client settings of the streamer (kafka-python)."""
+
+    bootstrap: str = Field("127.0.0.1:19092", description="comma-separated host:port list of the Kafka brokers")
+    events_topic: str = Field("kdsm.events", description="topic the streamer consumes events from")
+    alerts_topic: str = Field("kdsm.alerts", description="topic alerts are published to (key = alert_id)")
+    deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
+    group_id: str = Field("kdsm-stream", description="consumer group; run N streamers with one group to scale out")
+    client_id: str = Field("kdsm-stream", description="client id shown in broker logs")
+    auto_offset_reset: str = Field("earliest", description="where a group without committed offsets starts: earliest|latest")
+    security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ... (SASL only)")
+    sasl_username: str | None = Field(None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (prefer env KDSM_KAFKA__SASL_PASSWORD)")
+    ssl_cafile: str | None = Field(None, description="CA bundle to verify the brokers (SSL only)")
+    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
+    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    session_timeout_ms: int = Field(10000, gt=0, description="group session timeout; a dead streamer's partitions move after this")
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="group heartbeat interval (< session_timeout_ms / 3)")
+    max_poll_interval_ms: int = Field(300000, gt=0, description="longest pause between polls before the group evicts the consumer")
+    max_event_bytes: int = Field(65536, gt=0, description="larger events go to the dead-letter topic as 'oversized'")
+    linger_ms: int = Field(5, ge=0, description="producer: wait this long to fill a batch of alerts")
+    producer_batch_bytes: int = Field(262144, gt=0, description="producer: bytes per partition batch")
+    delivery_timeout_s: float = Field(30.0, gt=0, description="longest wait for the broker to acknowledge a batch's alerts")
+
+
+class RedisConfig(Section):
+    """The Redis control plane (live thresholds)."""
+
+    url: str = Field("redis://127.0.0.1:16379/0", description="redis:// or rediss:// URL")
+    password: SecretStr | None = Field(None, description="Redis password (prefer env KDSM_REDIS__PASSWORD)")
+    key_prefix: str = Field("kdsm:", description="prefix of every key and channel the product uses")
+    socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout; a slow Redis never stalls scoring longer")
+    refresh_s: float = Field(1.0, gt=0, description="periodic threshold re-read, in addition to pub/sub notifications")
+
+
+class StreamConfig(Section):
+    """The scoring loop: micro-batches, device, event fields, backpressure."""
+
+    model: str | None = Field(None, description="model artifact directory (the --model flag overrides it)")
+    device: str = Field("auto", description="auto = CUDA when present, else CPU; or cpu, cuda, cuda:1")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads for scoring; None = torch default")
+    max_batch: int = Field(2000, gt=0, description="most events per micro-batch")
+    max_wait_ms: int = Field(100, ge=0, description="longest wait to fill a micro-batch")
+    max_in_flight: int = Field(2, ge=1, description="batches sent but not yet acknowledged; at this many the partitions are paused")
+    id_field: str = Field("id", description="event field holding the event id (required)")
+    ts_field: str = Field("ts", description="optional event field holding the event time (number or string)")
+    schema_field: str = Field("schema", description="optional event field with the feature schema hash; a mismatch is dead-lettered")
+    top_features: int = Field(5, gt=0, description="features explained in each alert")
+
+
+class MetricsConfig(Section):
+    """Prometheus metrics and the health endpoint."""
+
+    host: str = Field("127.0.0.1", description="address the metrics HTTP server binds to (0.0.0.0 in containers)")
+    port: int = Field(9108, ge=0, description="metrics port: /metrics and /healthz; 0 = any free port")
+    enabled: bool = Field(True, description="serve metrics over HTTP")
 
 
 class Settings(TrainSettings):
     """Every section; online sections are added by the streamer modules' configs."""
+
+    kafka: KafkaConfig = KafkaConfig()
+    redis: RedisConfig = RedisConfig()
+    stream: StreamConfig = StreamConfig()
+    metrics: MetricsConfig = MetricsConfig()
