@@ -186,9 +186,10 @@ class KDSM:
     @torch.no_grad()
     def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
         """Scores and the raw network outputs f(x) for raw rows ``X``, in eval mode (batch-invariant)."""
-        Z = self.scaler_.transform(np.asarray(X, dtype=np.float64)).astype(np.float32)
-        if Z.ndim != 2 or Z.shape[1] != self.n_features_in_:
-            raise ValueError(f"expected {self.n_features_in_} features, got shape {Z.shape}")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"expected {self.n_features_in_} features, got shape {X.shape}")
+        Z = self.scaler_.transform(X).astype(np.float32)
         outs = []
         cuda = self.device_.type == "cuda"
         for i in range(0, len(Z), chunk):

@@ -51,8 +51,11 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
                     copies: int = 3, lr: float = 5e-4, weight_decay: float = 5e-5, ema: bool = False,
                     ema_decay: float = 0.999, ema_percentile: float = 80.0, ema_buffers: bool = False,
                     precision: str = "auto", device: torch.device | str = "cpu", seed: int = 0,
-                    progress: bool = False, log_every: int = 50) -> TrainSummary:
-    """Train ``net`` in place on standardised rows ``X``; returns what happened."""
+                    progress: bool = False, log_every: int = 50, on_filter=None) -> TrainSummary:
+    """Train ``net`` in place on standardised rows ``X``; returns what happened.
+
+    ``on_filter(row_indices, kept_mask)``, if given, sees each EMA filtering decision.
+    """
     device = torch.device(device)
     torch.manual_seed(seed)
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -87,8 +90,11 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
             with torch.no_grad(), autocast():
                 norms = teacher(xb).float().norm(dim=1)
             keep = norms <= torch.quantile(norms, ema_percentile / 100.0)
-            if int(keep.sum()) >= 2:
-                xb = xb[keep]
+            if int(keep.sum()) < 2:  # too few survivors: step on the whole batch
+                keep = torch.ones_like(keep)
+            xb = xb[keep]
+            if on_filter is not None:
+                on_filter(idx.cpu(), keep.cpu())
             kept_rows += len(xb)
             seen_rows += len(idx)
         loss = dsm_loss(net, xb, sig, copies, autocast)

@@ -1,0 +1,85 @@
+"""Artifact round trip, tamper detection, schema checks, and loading onto CPU."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import make_blobs
+from safetensors.torch import load_file, save_file
+
+from offline_train.artifact import METADATA, WEIGHTS, ArtifactError
+from offline_train.detector import KDSM
+
+
+def test_round_trip_gives_identical_scores(tiny_model_dir, tmp_path):
+    X, out = make_blobs(n=200, n_out=10, seed=9)
+    rows = np.vstack([X, out])
+    a = KDSM.load(tiny_model_dir, device="cpu")
+    again = a.save(tmp_path / "copy")
+    b = KDSM.load(again, device="cpu")
+    np.testing.assert_array_equal(a.decision_function(rows), b.decision_function(rows))
+    assert a.version_ == b.version_ and a.schema_hash_ == b.schema_hash_
+    assert a.thresholds_ == b.thresholds_
+    np.testing.assert_array_equal(a.sigmas_, b.sigmas_)
+
+
+def test_metadata_is_plain_json_with_everything_needed(tiny_model_dir):
+    meta = json.loads((tiny_model_dir / METADATA).read_text())
+    for key in ("version", "features", "schema_hash", "scaler", "sigmas", "thresholds", "quantiles",
+                "train_summary", "checksum", "format"):
+        assert key in meta
+    assert meta["features"] == [f"f{j}" for j in range(6)]
+
+
+def _copy(src, tmp_path):
+    dst = tmp_path / "m"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_tampered_weights_are_refused(tiny_model_dir, tmp_path):
+    m = _copy(tiny_model_dir, tmp_path)
+    t = load_file(str(m / WEIGHTS))
+    t["net.head.2.bias"] = t["net.head.2.bias"] + 1.0
+    save_file(t, str(m / WEIGHTS))
+    with pytest.raises(ArtifactError, match="checksum"):
+        KDSM.load(m)
+
+
+def test_tampered_threshold_is_refused(tiny_model_dir, tmp_path):
+    m = _copy(tiny_model_dir, tmp_path)
+    meta = json.loads((m / METADATA).read_text())
+    meta["thresholds"]["warning"] = 1e9
+    (m / METADATA).write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="checksum"):
+        KDSM.load(m)
+
+
+def test_truncated_and_missing_files_are_clear_errors(tiny_model_dir, tmp_path):
+    m = _copy(tiny_model_dir, tmp_path)
+    (m / WEIGHTS).write_bytes((m / WEIGHTS).read_bytes()[:100])
+    with pytest.raises(ArtifactError):
+        KDSM.load(m)
+    (m / METADATA).write_text("{not json")
+    with pytest.raises(ArtifactError, match="JSON"):
+        KDSM.load(m)
+    with pytest.raises(ArtifactError, match="no model artifact"):
+        KDSM.load(tmp_path / "nowhere")
+
+
+def test_wrong_feature_count_is_refused(tiny_model_dir):
+    det = KDSM.load(tiny_model_dir)
+    with pytest.raises(ValueError, match="expected 6 features"):
+        det.decision_function(np.zeros((2, 5)))
+
+
+def test_no_pickle_on_the_load_path(tiny_model_dir, monkeypatch):
+    import pickle
+
+    def refuse(*a, **k):
+        raise AssertionError("pickle used on the load path")
+
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    assert KDSM.load(tiny_model_dir).n_features_in_ == 6
