@@ -14,6 +14,8 @@ from pydantic import Field, SecretStr
 
 from offline_train.config import Section, TrainSettings
 
+from .ops_config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
+
 
 class KafkaConfig(Section):
     """Broker, topics and client settings of the streamer (kafka-python)."""
@@ -81,3 +83,7 @@ class Settings(TrainSettings):
     redis: RedisConfig = RedisConfig()
     stream: StreamConfig = StreamConfig()
     metrics: MetricsConfig = MetricsConfig()
+    archive: ArchiveConfig = ArchiveConfig()
+    drift: DriftConfig = DriftConfig()
+    registry: RegistryConfig = RegistryConfig()
+    retrain: RetrainConfig = RetrainConfig()

@@ -1,0 +1,104 @@
+"""Config sections of the model-lifecycle modules: archive, drift, registry, retrain.
+
+They are fields of ``streamer.config.Settings`` (YAML sections ``archive:``,
+``drift:``, ``registry:``, ``retrain:``; env ``KDSM_ARCHIVE__DIR=...``). Kept
+in their own module so archive/drift/registry/retrain import them without
+importing the whole settings class.
+
+>>> ArchiveConfig().dir is None, DriftConfig().detector, RetrainConfig().min_rows
+(True, 'adwin', 1000)
+
+Redis (URL, password, key prefix) is the ``redis`` section of the streamer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from offline_train.config import Section
+
+
+class ArchiveConfig(Section):
+    """Parquet archive of committed, scored events (the training data of the next model)."""
+
+    dir: str | None = Field(None, description="archive root (dir/date=YYYY-MM-DD/part-*.parquet); None = archive off")
+    max_file_bytes: int = Field(64 * 2**20, gt=0, description="roll the open file once its spool reaches this size")
+    max_file_seconds: float = Field(300.0, gt=0, description="roll the open file once it is this old")
+    retention_max_bytes: int | None = Field(10 * 2**30, gt=0, description="delete oldest closed files above this total; None = no bound")
+    retention_max_age_hours: float | None = Field(14 * 24.0, gt=0, description="delete closed files older than this; None = no bound")
+    fsync: bool = Field(True, description="fsync the spool after every batch (the crash window is then one batch)")
+    compression: Literal["zstd", "snappy", "gzip", "none"] = Field("zstd", description="Parquet compression codec")
+
+
+class AdwinParams(Section):
+    """river.drift.ADWIN parameters."""
+
+    delta: float = Field(0.002, gt=0, lt=1, description="confidence; smaller = fewer false alarms")
+    clock: int = Field(32, gt=0)
+    grace_period: int = Field(10, gt=0)
+    min_window_length: int = Field(5, gt=0)
+
+
+class KswinParams(Section):
+    """river.drift.KSWIN parameters (a KS test per update: keep alpha small)."""
+
+    alpha: float = Field(0.0001, gt=0, lt=1)
+    window_size: int = Field(300, gt=0)
+    stat_size: int = Field(100, gt=0)
+    seed: int = 0
+
+
+class PageHinkleyParams(Section):
+    """river.drift.PageHinkley parameters (on the log score)."""
+
+    min_instances: int = Field(30, gt=0)
+    delta: float = Field(0.005, ge=0)
+    threshold: float = Field(50.0, gt=0)
+    alpha: float = Field(0.9999, gt=0, le=1)
+    mode: Literal["up", "down", "both"] = "both"
+
+
+class DriftConfig(Section):
+    """Drift watch on the committed score stream (a sink of the streamer)."""
+
+    enabled: bool = Field(True, description="run the drift sink in the streamer")
+    detector: Literal["adwin", "kswin", "page_hinkley"] = Field("adwin", description="river detector fed log(1 + score)")
+    adwin: AdwinParams = AdwinParams()
+    kswin: KswinParams = KswinParams()
+    page_hinkley: PageHinkleyParams = PageHinkleyParams()
+    warmup_events: int = Field(500, ge=0, description="events after start or a model swap before any signal counts")
+    calibrated_alert_rate: float | None = Field(None, gt=0, lt=1, description="expected alert rate; None = 1 - lowest severity quantile of the scoring model")
+    alert_rate_window: int = Field(2000, gt=0, description="events in the rolling alert-rate window")
+    alert_rate_z: float = Field(4.0, gt=0, description="two-sided binomial z bound on the rolling alert rate")
+    hold_events: int = Field(300, ge=0, description="a detector firing keeps the drift signal on for this many events")
+    persist_events: int = Field(600, gt=0, description="hysteresis: the signal must stay on this many events in a row")
+    cooldown_s: float = Field(3600.0, ge=0, description="after a drift event, none for this long (fleet-wide via Redis)")
+    kafka_topic: str | None = Field("kdsm.drift", description="topic for drift events; None = Redis stream only")
+    request_retrain: bool = Field(True, description="a drift event also writes a retrain request")
+    stream_maxlen: int = Field(10000, gt=0, description="approximate cap of the Redis drift/request streams")
+
+
+class RegistryConfig(Section):
+    """Model registry: artifacts in a store, pointers and metadata in Redis."""
+
+    store_dir: str = Field("runs/models", description="artifact store root: one directory per version")
+    check_interval_s: float = Field(10.0, gt=0, description="streamers re-read the pointer this often (pub/sub is the fast path)")
+    device: str = Field("auto", description="device streamers and the gate load models onto")
+
+
+class RetrainConfig(Section):
+    """The retrain job: archive window, size limits, validation gate, promotion."""
+
+    window_hours: float | None = Field(24.0, gt=0, description="archive files closed within this many hours; None = all")
+    max_rows: int = Field(200_000, gt=0, description="newest archived rows used for training (file granularity)")
+    min_rows: int = Field(1000, gt=1, description="fewer usable rows than this: no training, current keeps serving")
+    gate_window_rows: int = Field(2000, gt=0, description="most recent archived rows the gate scores")
+    gate_min_alert_ratio: float = Field(0.0, ge=0, description="gate: alert rate / calibrated rate must be >= this")
+    gate_max_alert_ratio: float = Field(3.0, gt=0, description="gate: alert rate / calibrated rate must be <= this")
+    gate_labelled_data: str | None = Field(None, description="Parquet with a label column: the new model must not be worse than current on it")
+    gate_max_auc_pr_drop: float = Field(0.02, ge=0, description="allowed AUC-PR drop versus current on the labelled rows")
+    auto_promote: bool = Field(True, description="promote a version that passes the gate (else register only)")
+    lock_ttl_s: float = Field(300.0, gt=1, description="lock expiry; the holder renews it every third of this")
+    watch_block_s: float = Field(5.0, gt=0, description="`kdsm retrain --watch`: block this long per read of the request stream")
