@@ -28,7 +28,7 @@ import torch
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
 from .calibrate import Calibration, severity_of
 from .config import CalibrationConfig, EMAConfig, ModelConfig, OptimConfig, SigmaConfig, TrainSettings
-from .data import ParquetSource, bounded_sample
+from .data import DataError, ParquetSource, bounded_sample
 from .model import ScoreNet, resolve_device
 from .scaler import ColumnMoments, Scaler
 from .sigmas import KurtosisSigmas
@@ -73,8 +73,13 @@ class KDSM:
         return cls(s.sigma, s.model, s.ema, s.train, s.calibration, s.data.scale_discrete, s.data.max_train_rows)
 
     # ----------------------------------------------------------------- fitting
-    def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False) -> KDSM:
-        """Fit on raw rows ``X`` (n, d). ``y`` is ignored (unsupervised, as in PyOD)."""
+    def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False,
+            scaler: Scaler | None = None) -> KDSM:
+        """Fit on raw rows ``X`` (n, d). ``y`` is ignored (unsupervised, as in PyOD).
+
+        ``scaler``: an already-fitted ``Scaler`` to use instead of fitting one
+        on ``X`` (the unsupervised ADBench protocol fits it on all rows).
+        """
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or len(X) < 2:
             raise ValueError(f"X must be a 2-D array with at least 2 rows, got shape {X.shape}")
@@ -82,7 +87,7 @@ class KDSM:
             raise ValueError("X contains NaN or infinite values")
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
         train_X, cal_X = self._holdout_split(X)
-        scaler = Scaler.fit(train_X, self.scale_discrete)
+        scaler = scaler or Scaler.fit(train_X, self.scale_discrete)
         sig = KurtosisSigmas.from_config(self.sigma).fit(train_X, scaler)
         return self._fit_network(train_X, cal_X, scaler, sig, names, progress)
 
@@ -106,7 +111,8 @@ class KDSM:
         for Xb in train_batches():
             moments.update(Xb)
         if moments.n < 2:
-            raise ValueError(f"too few usable rows to train: {moments.n} (read {source.rows_read}, skipped {source.rows_skipped})")
+            raise DataError(f"too few usable rows to train in {source.path}: {moments.n} "
+                            f"({source.rows_read} read, {source.rows_skipped} with missing or non-finite features)")
         scaler = Scaler.from_moments(moments, self.scale_discrete)
         sig = KurtosisSigmas.from_config(self.sigma).fit_batches(train_batches, scaler)
         def split_batches(want_holdout: bool):

@@ -1,0 +1,123 @@
+"""`kdsm train` / `kdsm score` end to end on small Parquet files, and their clear errors."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_blobs
+
+from offline_train.data import write_parquet
+from offline_train.detector import KDSM
+from streamer.cli import main
+
+
+@pytest.fixture
+def small_parquet(tmp_path):
+    X, out = make_blobs(n=500, n_out=15, seed=2)
+    rows = np.vstack([X, out])
+    y = np.r_[np.zeros(len(X)), np.ones(len(out))].astype(int)
+    path = write_parquet(tmp_path / "events.parquet", rows, [f"f{j}" for j in range(rows.shape[1])], y=y,
+                         ids=np.arange(len(rows)))
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("model:\n  width: 32\n  depth: 1\ntrain:\n  steps: 60\n")
+    return cfg
+
+
+def test_train_then_score_end_to_end(small_parquet, tiny_config, tmp_path, capsys):
+    out = tmp_path / "model"
+    assert main(["train", "--data", str(small_parquet), "--out", str(out), "--config", str(tiny_config),
+                 "--seed", "1", "--quiet"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["labels"]["auc_pr"] > 0.5  # planted outliers are far away
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["labels"]["n"] == 515 and report["train"]["steps"] == 60
+    assert report["train"]["ema"] is True  # the offline job defaults to K-DSM-EMA
+    for name in ("sigmas.png", "loss.png", "calibration.png"):
+        assert (out / "report" / name).stat().st_size > 1000
+    assert KDSM.load(out).feature_names_ == [f"f{j}" for j in range(6)]  # id and label excluded
+
+    scored = tmp_path / "scored.parquet"
+    assert main(["score", "--model", str(out), "--data", str(small_parquet), "--out", str(scored)]) == 0
+    t = pq.read_table(scored)
+    assert t.num_rows == 515
+    assert {"id", "label", "score", "p_value", "severity"} <= set(t.column_names)
+    sev = np.array(t.column("severity").to_pylist())
+    assert (sev[-15:] != "").mean() >= 0.6  # a 60-step model: most planted outliers alert
+
+
+def test_rows_with_missing_values_are_skipped_and_counted(tmp_path, tiny_config):
+    X, _ = make_blobs(n=300, seed=4)
+    X[::10, 1] = np.nan
+    X[5, 2] = np.inf
+    path = write_parquet(tmp_path / "holes.parquet", X, [f"f{j}" for j in range(X.shape[1])])
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(path), "--out", str(out), "--config", str(tiny_config), "--quiet"]) == 0
+    data = json.loads((out / "report" / "report.json").read_text())["data"]
+    assert data["rows_read"] == 300 and data["rows_skipped"] == 31
+
+
+def test_directory_and_glob_inputs(small_parquet, tiny_config, tmp_path):
+    for spec in (str(small_parquet.parent), str(small_parquet.parent / "*.parquet")):
+        assert main(["train", "--data", spec, "--out", str(tmp_path / "m"), "--config", str(tiny_config),
+                     "--quiet", "--features", "f0", "f1", "f2"]) == 0
+        assert KDSM.load(tmp_path / "m").feature_names_ == ["f0", "f1", "f2"]
+
+
+def _err(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, capsys):
+    def train(*extra, data=str(small_parquet), config=str(tiny_config)):
+        return main(["train", "--data", data, "--out", str(tmp_path / "m"), "--config", config, "--quiet", *extra])
+
+    assert train(data=str(tmp_path / "missing.parquet")) == 2
+    assert "no such file" in _err(capsys)
+
+    text_only = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"name": ["a", "b"], "city": ["x", "y"]}), text_only)
+    assert train(data=str(text_only)) == 2
+    assert "no numeric feature columns" in _err(capsys)
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"f0": pa.array([], pa.float64())}), empty)
+    assert train(data=str(empty)) == 2
+    assert "rows" in _err(capsys)
+
+    assert train("--features", "f0", "nope") == 2
+    assert "unknown feature column(s): nope" in _err(capsys)
+
+    bad_cfg = tmp_path / "bad.yaml"
+    bad_cfg.write_text("train:\n  stepz: 10\n")
+    assert train(config=str(bad_cfg)) == 2
+    assert "train.stepz: unknown key" in _err(capsys)
+
+    not_parquet = tmp_path / "junk.parquet"
+    not_parquet.write_bytes(b"this is not parquet")
+    assert train(data=str(not_parquet)) == 2
+    assert "Parquet" in _err(capsys)
+
+    assert main(["score", "--model", str(tmp_path / "nomodel"), "--data", str(small_parquet),
+                 "--out", str(tmp_path / "s.parquet")]) == 2
+    assert "no model artifact" in _err(capsys)
+
+
+def test_every_subcommand_has_help(capsys):
+    from streamer.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in sub.choices:
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+        assert "usage: kdsm" in capsys.readouterr().out

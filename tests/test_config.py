@@ -1,0 +1,52 @@
+"""Config loading: YAML, env overrides, strict keys, readable errors."""
+
+import pytest
+
+from offline_train.config import ConfigError, load_settings
+from streamer.config import Settings
+
+
+def test_defaults_follow_the_design():
+    s = load_settings(Settings)
+    assert (s.sigma.base, s.sigma.c, s.sigma.trim, s.sigma.bins) == (0.5, 0.33, 0.02, 200)
+    assert (s.model.width, s.model.depth) == (512, 6)
+    assert (s.train.lr, s.train.weight_decay, s.train.batch_size, s.train.noise_copies) == (5e-4, 5e-5, 128, 3)
+    assert (s.ema.enabled, s.ema.decay, s.ema.percentile) == (True, 0.999, 80.0)
+    assert s.calibration.severities == {"warning": 0.99, "critical": 0.999}
+
+
+def test_yaml_then_env_then_overrides(tmp_path, monkeypatch):
+    f = tmp_path / "c.yaml"
+    f.write_text("sigma:\n  base: 0.7\n  clip: paper\ntrain:\n  steps: 10\n")
+    s = load_settings(Settings, f)
+    assert s.sigma.base == 0.7 and s.sigma.clip_range == (0.1, 2.0) and s.train.steps == 10
+    monkeypatch.setenv("KDSM_SIGMA__BASE", "0.9")
+    monkeypatch.setenv("KDSM_TRAIN__PROFILE", "paper")
+    s = load_settings(Settings, f)
+    assert s.sigma.base == 0.9 and s.train.profile == "paper" and s.sigma.clip == "paper"
+
+
+def test_paper_profile_budget_is_500_epochs():
+    s = load_settings(Settings, train={"profile": "paper"})
+    assert s.train.budget(1000) == 500 * 8
+
+
+def test_errors_name_the_key(tmp_path, monkeypatch):
+    f = tmp_path / "c.yaml"
+    f.write_text("sigma:\n  bsae: 0.7\n")
+    with pytest.raises(ConfigError, match=r"sigma\.bsae: unknown key"):
+        load_settings(Settings, f)
+    f.write_text("sigma:\n  base: -1\n")
+    with pytest.raises(ConfigError, match=r"sigma\.base"):
+        load_settings(Settings, f)
+    f.write_text("calibration:\n  severities: {warning: 1.5}\n")
+    with pytest.raises(ConfigError, match="not in"):
+        load_settings(Settings, f)
+    f.write_text("- just a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_settings(Settings, f)
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(Settings, tmp_path / "absent.yaml")
+    monkeypatch.setenv("KDSM_TRAIN__STEPS", "many")
+    with pytest.raises(ConfigError, match=r"train\.steps"):
+        load_settings(Settings)
