@@ -1,0 +1,385 @@
+"""Model registry: artifacts in a store, versions and the current/previous pointers in Redis.
+
+- ``LocalArtifactStore``: one directory per version under a root. Only
+  ``put`` / ``local_path`` / ``exists`` / ``delete`` are used by the rest, so
+  an object store (S3, GCS) can implement the same four methods later.
+- ``ModelRegistry``: per-version metadata (created, data window, training
+  summary, gate result) as JSON in Redis, the ``current`` and ``previous``
+  pointers in one hash, changed atomically by a Lua script that also
+  publishes the new version on a channel and appends to an audit stream.
+- ``RegistryModelProvider``: what a streamer asks for its model between
+  batches. A background thread listens on the channel and re-reads the
+  pointer every ``check_interval_s`` (pub/sub can drop messages); a new
+  version is loaded and smoke-scored off the hot path and only then becomes
+  what ``current()`` returns. A model that fails to load, or has another
+  feature schema, is refused and the old one keeps serving.
+
+Redis keys (``p`` = ``redis.key_prefix``): ``p registry:versions`` (zset by
+creation time), ``p registry:version:V`` (JSON), ``p registry:pointers``
+(hash), ``p registry:log`` (stream), channel ``p registry:events``.
+
+>>> store = LocalArtifactStore("/tmp/kdsm-doctest-store")
+>>> store.local_path("v1").name
+'v1'
+>>> Keys("kdsm:").pointers
+'kdsm:registry:pointers'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import Counter
+
+from offline_train.artifact import ArtifactError
+from offline_train.detector import KDSM
+
+log = logging.getLogger(__name__)
+
+MODEL_SWAPS = Counter("kdsm_registry_swaps", "Models swapped in by the registry provider", ["reason"])
+MODEL_REFUSED = Counter("kdsm_registry_refused", "Registry versions a streamer refused to load (old model kept)")
+
+
+class RegistryError(ValueError):
+    """A registry operation that cannot be done (unknown version, no previous, refused artifact)."""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key and channel of the lifecycle modules, under one prefix."""
+
+    prefix: str
+
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    @property
+    def versions(self) -> str:
+        return self._k("registry:versions")
+
+    def version(self, v: str) -> str:
+        return self._k(f"registry:version:{v}")
+
+    @property
+    def pointers(self) -> str:
+        return self._k("registry:pointers")
+
+    @property
+    def channel(self) -> str:
+        return self._k("registry:events")
+
+    @property
+    def log(self) -> str:
+        return self._k("registry:log")
+
+    @property
+    def lock(self) -> str:
+        return self._k("retrain:lock")
+
+    @property
+    def requests(self) -> str:
+        return self._k("retrain:requests")
+
+    @property
+    def runs(self) -> str:
+        return self._k("retrain:runs")
+
+    @property
+    def drift(self) -> str:
+        return self._k("drift:events")
+
+    @property
+    def drift_cooldown(self) -> str:
+        return self._k("drift:cooldown")
+
+
+def redis_client(redis_cfg, blocking: bool = False):
+    """A decode_responses client from the ``redis`` section; ``blocking`` drops the socket timeout (XREAD BLOCK, pub/sub)."""
+    import redis
+
+    pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None
+    return redis.Redis.from_url(redis_cfg.url, password=pw, decode_responses=True,
+                                socket_timeout=None if blocking else max(redis_cfg.socket_timeout_s, 2.0),
+                                socket_connect_timeout=5.0, health_check_interval=30)
+
+
+class LocalArtifactStore:
+    """Artifacts as directories ``root/VERSION``; ``put`` copies then renames, so a half-copied model is never visible."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def local_path(self, version: str) -> Path:
+        if not version or "/" in version or version.startswith("."):
+            raise RegistryError(f"invalid model version {version!r}")
+        return self.root / version
+
+    def exists(self, version: str) -> bool:
+        return self.local_path(version).is_dir()
+
+    def put(self, version: str, src: str | os.PathLike) -> str:
+        dst = self.local_path(version)
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=self.root))
+        try:
+            shutil.copytree(src, tmp, dirs_exist_ok=True)
+            if dst.exists():
+                shutil.rmtree(dst)
+            os.replace(tmp, dst)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return str(dst)
+
+    def delete(self, version: str) -> None:
+        shutil.rmtree(self.local_path(version), ignore_errors=True)
+
+
+# Atomic pointer moves: read, move, publish and audit in one server-side step.
+_PROMOTE = """
+local cur = redis.call('HGET', KEYS[1], 'current')
+if cur == ARGV[1] then return {cur, cur} end
+if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
+redis.call('HSET', KEYS[1], 'current', ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', ARGV[3], 'from', cur or '', 'to', ARGV[1], 'reason', ARGV[4], 'time', ARGV[5])
+return {cur or '', ARGV[1]}
+"""
+_ROLLBACK = """
+local cur = redis.call('HGET', KEYS[1], 'current')
+local prev = redis.call('HGET', KEYS[1], 'previous')
+if not prev or prev == '' then return false end
+redis.call('HSET', KEYS[1], 'current', prev, 'previous', cur or '')
+redis.call('PUBLISH', ARGV[1], prev)
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', 'rollback', 'from', cur or '', 'to', prev, 'reason', ARGV[2], 'time', ARGV[3])
+return {cur or '', prev}
+"""
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class ModelRegistry:
+    """Versions, metadata and pointers in Redis; artifacts in ``store``."""
+
+    def __init__(self, client, store: LocalArtifactStore, prefix: str = "kdsm:"):
+        self.r = client
+        self.store = store
+        self.keys = Keys(prefix)
+        self._promote = client.register_script(_PROMOTE)
+        self._rollback = client.register_script(_ROLLBACK)
+
+    @classmethod
+    def from_settings(cls, settings, client=None) -> ModelRegistry:
+        return cls(client or redis_client(settings.redis), LocalArtifactStore(settings.registry.store_dir),
+                   settings.redis.key_prefix)
+
+    # ------------------------------------------------------------ versions
+    def add(self, model_dir: str | os.PathLike, meta: dict | None = None) -> str:
+        """Copy an artifact into the store and register it; returns its version (from its metadata)."""
+        det = KDSM.load(model_dir, device="cpu")  # refuses a corrupt artifact before it enters the store
+        version = det.version_
+        self.store.put(version, model_dir)
+        base = {"version": version, "created": det.metadata_.get("created", _now_iso()), "registered": _now_iso(),
+                "features": det.feature_names_, "schema_hash": det.schema_hash_, "thresholds": det.thresholds_,
+                "train_summary": {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"},
+                "data_summary": det.data_summary_, "status": "registered"}
+        self.register(version, {**base, **(meta or {})})
+        return version
+
+    def register(self, version: str, meta: dict) -> None:
+        created = time.time()
+        pipe = self.r.pipeline()
+        pipe.set(self.keys.version(version), json.dumps({"version": version, **meta}, default=str))
+        pipe.zadd(self.keys.versions, {version: created}, nx=True)
+        pipe.execute()
+
+    def update(self, version: str, **fields) -> dict:
+        meta = self.get(version)
+        if meta is None:
+            raise RegistryError(f"unknown model version {version!r}")
+        meta.update(fields)
+        self.r.set(self.keys.version(version), json.dumps(meta, default=str))
+        return meta
+
+    def get(self, version: str) -> dict | None:
+        raw = self.r.get(self.keys.version(version))
+        return json.loads(raw) if raw else None
+
+    def list(self) -> list[dict]:
+        """Registered versions, newest first, each with ``current`` / ``previous`` flags."""
+        ptr = self.pointers()
+        out = []
+        for v in self.r.zrevrange(self.keys.versions, 0, -1):
+            meta = self.get(v) or {"version": v}
+            meta["current"], meta["previous"] = v == ptr["current"], v == ptr["previous"]
+            out.append(meta)
+        return out
+
+    # ------------------------------------------------------------ pointers
+    def pointers(self) -> dict[str, str | None]:
+        h = self.r.hgetall(self.keys.pointers)
+        return {"current": h.get("current") or None, "previous": h.get("previous") or None}
+
+    def current_version(self) -> str | None:
+        return self.r.hget(self.keys.pointers, "current") or None
+
+    def promote(self, version: str, reason: str = "manual", force: bool = False) -> tuple[str | None, str]:
+        """Make ``version`` current (the old current becomes previous). Refuses unknown, missing or gate-rejected versions."""
+        meta = self.get(version)
+        if meta is None:
+            raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
+        if not self.store.exists(version):
+            raise RegistryError(f"version {version} has no artifact in the store ({self.store.local_path(version)})")
+        if meta.get("status") == "rejected" and not force:
+            raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
+        old, new = self._promote(keys=[self.keys.pointers, self.keys.log],
+                                 args=[version, self.keys.channel, "promote", reason, _now_iso()])
+        if old != new:
+            self.update(version, status="promoted", promoted=_now_iso())
+        return (old or None), new
+
+    def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
+        """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""
+        res = self._rollback(keys=[self.keys.pointers, self.keys.log], args=[self.keys.channel, reason, _now_iso()])
+        if not res:
+            raise RegistryError("nothing to roll back to: no previous version")
+        return (res[0] or None), res[1]
+
+    def history(self, count: int = 20) -> list[dict]:
+        return [fields for _, fields in self.r.xrevrange(self.keys.log, count=count)]
+
+
+class RegistryModelProvider:
+    """The streamer's model source: ``current()`` is a lock-free read; swaps happen in a background thread.
+
+    Start-up loads the registry's current version (or uses ``fallback`` when the
+    registry has none yet). The app calls ``current()`` once per batch, so a swap
+    lands between batches and every row of a batch is scored by one version.
+    """
+
+    def __init__(self, registry: ModelRegistry, *, device: str = "auto", check_interval_s: float = 10.0,
+                 fallback: KDSM | None = None, pubsub_client=None):
+        self.registry = registry
+        self.device = device
+        self.check_interval_s = check_interval_s
+        self.refused: dict[str, str] = {}  # version -> why
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._pubsub_client = pubsub_client
+        self._model: KDSM | None = None
+        v = registry.current_version()
+        if v is not None:
+            try:
+                self._model = self._load(v, schema=None)
+            except RegistryError as e:
+                self._refuse(v, str(e))
+        if self._model is None:
+            self._model = fallback
+        if self._model is None:
+            raise RegistryError("no model to serve: the registry has no loadable current version and no fallback was given")
+        self._thread = threading.Thread(target=self._run, name="kdsm-registry-watch", daemon=True)
+        self._thread.start()
+
+    def current(self) -> KDSM:
+        return self._model
+
+    @property
+    def version(self) -> str:
+        return self._model.version_
+
+    def wait_for(self, version: str, timeout: float = 30.0) -> bool:
+        """Block until ``version`` serves (tests, ops scripts); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._model.version_ != version:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------ internals
+    def _load(self, version: str, schema: str | None) -> KDSM:
+        try:
+            det = KDSM.load(self.registry.store.local_path(version), device=self.device)
+        except (ArtifactError, OSError) as e:
+            raise RegistryError(f"version {version} does not load: {e}") from None
+        if schema is not None and det.schema_hash_ != schema:
+            raise RegistryError(f"version {version} has feature schema {det.schema_hash_}, the streamer serves {schema}")
+        # Smoke test: the scaler's mean row must score to a finite number before the model may serve.
+        probe = det.scaler_.inverse_transform(np.zeros((1, det.n_features_in_)))
+        if not np.isfinite(det.decision_function(probe)).all():
+            raise RegistryError(f"version {version} scores a plain row as non-finite")
+        return det
+
+    def _refuse(self, version: str, why: str) -> None:
+        if self.refused.get(version) != why:
+            log.error("refusing model version %s, the old model keeps serving: %s", version, why)
+            MODEL_REFUSED.inc()
+        self.refused[version] = why
+
+    def check(self, reason: str = "poll") -> bool:
+        """Swap to the registry's current version if it differs and loads; True when a swap happened."""
+        v = self.registry.current_version()
+        if v is None or v == self._model.version_:
+            return False
+        try:
+            det = self._load(v, schema=self._model.schema_hash_)
+        except RegistryError as e:
+            self._refuse(v, str(e))
+            return False
+        except Exception as e:  # a bad artifact must never take the streamer down
+            self._refuse(v, f"{type(e).__name__}: {e}")
+            return False
+        old = self._model.version_
+        with self._cond:
+            self._model = det
+            self._cond.notify_all()
+        self.refused.pop(v, None)
+        MODEL_SWAPS.labels(reason).inc()
+        log.info("model swapped: %s -> %s (%s)", old, v, reason)
+        return True
+
+    def _run(self) -> None:
+        pubsub = None
+        next_check = 0.0
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    client = self._pubsub_client or self.registry.r
+                    pubsub = client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.registry.keys.channel)
+                    next_check = 0.0  # after (re)subscribing, re-read the pointer: a message may have been missed
+                msg = pubsub.get_message(timeout=min(1.0, self.check_interval_s))
+                if msg is not None:
+                    self.check("notify")
+                    next_check = time.monotonic() + self.check_interval_s
+                elif time.monotonic() >= next_check:
+                    self.check("poll")
+                    next_check = time.monotonic() + self.check_interval_s
+            except Exception as e:  # Redis down or a bug: keep serving, retry later
+                log.warning("registry watch: %s; retrying", e)
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:
+                        pass
+                pubsub = None
+                self._stop.wait(min(5.0, self.check_interval_s))
+        if pubsub is not None:
+            pubsub.close()

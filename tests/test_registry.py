@@ -1,0 +1,117 @@
+"""Model registry against a real Redis: versions, pointers, pub/sub swap, refusal of bad artifacts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import make_blobs
+
+from offline_train.config import ModelConfig, OptimConfig
+from offline_train.detector import KDSM
+from streamer.registry import (
+    LocalArtifactStore,
+    ModelRegistry,
+    RegistryError,
+    RegistryModelProvider,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def second_model_dir(tmp_path_factory):
+    X, _ = make_blobs(n=800, seed=1)
+    det = KDSM(model=ModelConfig(width=32, depth=1), train=OptimConfig(steps=100, seed=1)).fit(X)
+    return det.save(tmp_path_factory.mktemp("m2") / "second")
+
+
+@pytest.fixture
+def registry(redis_client, tmp_path, unique):
+    return ModelRegistry(redis_client, LocalArtifactStore(tmp_path / "store"), prefix=f"t{unique}:")
+
+
+def test_add_promote_rollback_and_list(registry, tiny_model_dir, second_model_dir):
+    v1 = registry.add(tiny_model_dir)
+    v2 = registry.add(second_model_dir, meta={"data_window": {"rows": 800}})
+    assert v1 != v2 and registry.store.exists(v1) and registry.store.exists(v2)
+    assert registry.current_version() is None
+    assert registry.promote(v1) == (None, v1)
+    assert registry.promote(v2, reason="test") == (v1, v2)
+    assert registry.pointers() == {"current": v2, "previous": v1}
+    listed = {m["version"]: m for m in registry.list()}
+    assert listed[v2]["current"] and listed[v1]["previous"]
+    assert listed[v2]["data_window"] == {"rows": 800} and listed[v2]["status"] == "promoted"
+    assert registry.rollback() == (v2, v1)
+    assert registry.pointers() == {"current": v1, "previous": v2}
+    assert [h["action"] for h in registry.history()] == ["rollback", "promote", "promote"]
+    # Promoting the current version again changes nothing.
+    assert registry.promote(v1) == (v1, v1)
+
+
+def test_refusals(registry, tiny_model_dir):
+    with pytest.raises(RegistryError, match="no previous"):
+        registry.rollback()
+    with pytest.raises(RegistryError, match="unknown"):
+        registry.promote("nope")
+    v = registry.add(tiny_model_dir)
+    registry.update(v, status="rejected", gate={"passed": False, "reason": "alert rate"})
+    with pytest.raises(RegistryError, match="validation gate"):
+        registry.promote(v)
+    assert registry.promote(v, force=True)[1] == v
+
+
+def test_provider_swaps_on_notify_and_refuses_bad_artifacts(registry, tiny_model_dir, second_model_dir, tmp_path):
+    v1 = registry.add(tiny_model_dir)
+    v2 = registry.add(second_model_dir)
+    registry.promote(v1)
+    # check_interval is long, so a swap within seconds proves the pub/sub path.
+    prov = RegistryModelProvider(registry, device="cpu", check_interval_s=60)
+    try:
+        assert prov.current().version_ == v1
+        registry.promote(v2)
+        assert prov.wait_for(v2, timeout=10)
+        X, _ = make_blobs(n=50, seed=3)
+        assert np.isfinite(prov.current().decision_function(X)).all()
+
+        # A corrupted artifact is refused; the old model keeps serving.
+        bad_dir = tmp_path / "bad"
+        shutil.copytree(second_model_dir, bad_dir)
+        meta = json.loads((bad_dir / "metadata.json").read_text())
+        meta["version"] = "corrupt-1"
+        (bad_dir / "metadata.json").write_text(json.dumps(meta))  # checksum no longer matches
+        registry.store.put("corrupt-1", bad_dir)
+        registry.register("corrupt-1", {"status": "registered"})
+        registry.promote("corrupt-1")
+        assert not prov.wait_for("corrupt-1", timeout=3)
+        assert prov.current().version_ == v2 and "corrupt-1" in prov.refused
+
+        # A model with another feature schema is refused too.
+        Xo = np.random.default_rng(0).normal(size=(300, 3))
+        other = KDSM(model=ModelConfig(width=32, depth=1), train=OptimConfig(steps=20)).fit(Xo).save(tmp_path / "other")
+        v3 = registry.add(other)
+        registry.promote(v3)
+        assert not prov.wait_for(v3, timeout=3)
+        assert "schema" in prov.refused[v3]
+
+        # Rollback (to corrupt-1's predecessor pointer) is noticed by the periodic check as well.
+        registry.promote(v1)
+        assert prov.wait_for(v1, timeout=10)
+    finally:
+        prov.close()
+
+
+def test_provider_falls_back_when_registry_empty(registry, tiny_model_dir):
+    fallback = KDSM.load(tiny_model_dir, device="cpu")
+    prov = RegistryModelProvider(registry, device="cpu", check_interval_s=0.2, fallback=fallback)
+    try:
+        assert prov.current() is fallback
+        v = registry.add(tiny_model_dir)  # same artifact, same version: nothing to swap
+        registry.promote(v)
+        assert prov.wait_for(v, timeout=2) and prov.current() is fallback
+    finally:
+        prov.close()
+    with pytest.raises(RegistryError, match="no model to serve"):
+        RegistryModelProvider(registry.__class__(registry.r, registry.store, prefix="empty-prefix-x:"), device="cpu")
