@@ -118,7 +118,7 @@ class OptimConfig(Section):
 class CalibrationConfig(Section):
     """Held-out calibration slice and named severities (DESIGN 3.7)."""
 
-    holdout: float = Field(0.2, gt=0, lt=1, description="fraction of the training window kept out of training")
+    holdout: float = Field(0.2, ge=0, lt=1, description="fraction of the training window kept out of training; 0 = calibrate in-sample (benchmarks)")
     severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999})
     top_features: int = Field(5, gt=0, description="features listed in an explanation")
 
