@@ -1,0 +1,362 @@
+"""Event archive: every committed, validly decoded event as Parquet, the next model's training data.
+
+Layout::
+
+    DIR/date=YYYY-MM-DD/part-YYYYMMDDTHHMMSSZ-<id>.parquet   closed, immutable files
+    DIR/_spool/<id>.arrows                                   the open file of a running streamer
+
+Columns: ``id`` and ``ts`` (the event's own id and timestamp, as text), one
+float64 column per model feature (by name, so ``ParquetSource`` trains on the
+archive directly), then ``kdsm_score``, ``kdsm_severity``,
+``kdsm_model_version``, ``kdsm_schema_hash``, ``kdsm_topic``,
+``kdsm_partition``, ``kdsm_offset``, ``kdsm_kafka_ts`` and
+``kdsm_committed_at``. (topic, partition, offset) identifies an event, so a
+reader can drop the duplicates at-least-once delivery may leave.
+
+Ordering (commit vs. archive). The streamer calls ``on_committed`` only after
+a batch's offsets are committed, so no row is archived without its commit.
+The rows are then appended to a spool in the Arrow IPC stream format and
+fsynced before ``on_committed`` returns; IPC streams stay readable up to the
+last complete batch even when the writer dies, unlike an unclosed Parquet
+file. Rolling (by size, age or a date change) converts the spool to a Parquet
+file under a temporary name, fsyncs it and renames it into place, so readers
+never see half a file. A streamer that crashed leaves its spool behind; the
+next streamer to start on the same directory recovers it (the spool is
+``flock``-ed while its owner lives). The one loss window is a crash between
+the commit and the spool fsync of that batch (milliseconds, one batch);
+archiving before the commit would close it but archive rows whose commit may
+never happen. Duplicates: a batch replayed after a failed commit is archived
+again only if it is committed again, so duplicates come only from the broker's
+own at-least-once redelivery.
+
+Retention deletes the oldest closed files above ``retention_max_bytes`` and
+those older than ``retention_max_age_hours``.
+
+>>> import tempfile
+>>> from streamer.ops_config import ArchiveConfig
+>>> sink = ArchiveSink(ArchiveConfig(dir=tempfile.mkdtemp(), fsync=False))
+>>> sink.on_committed(example_batch(3))
+>>> sink.close()
+>>> [f.name.startswith("part-") for f in closed_files(sink.root)]
+[True]
+"""
+
+from __future__ import annotations
+
+import calendar
+import fcntl
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+from prometheus_client import Counter
+
+from .ops_config import ArchiveConfig
+
+log = logging.getLogger(__name__)
+
+ROWS = Counter("kdsm_archive_rows", "Rows appended to the archive spool")
+FILES = Counter("kdsm_archive_files", "Parquet files closed into the archive", ["how"])
+DELETED = Counter("kdsm_archive_deleted_files", "Archive files deleted by retention")
+
+META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schema_hash", "kdsm_topic",
+                "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
+RESERVED = {"id", "ts", *META_COLUMNS}
+SPOOL = "_spool"
+
+
+def archive_schema(feature_names: list[str]) -> pa.Schema:
+    clash = RESERVED.intersection(feature_names)
+    if clash:
+        raise ValueError(f"feature name(s) {sorted(clash)} clash with archive columns")
+    ts = pa.timestamp("ms", tz="UTC")
+    return pa.schema([("id", pa.string()), ("ts", pa.string()), *[(f, pa.float64()) for f in feature_names],
+                      ("kdsm_score", pa.float64()), ("kdsm_severity", pa.string()), ("kdsm_model_version", pa.string()),
+                      ("kdsm_schema_hash", pa.string()), ("kdsm_topic", pa.string()), ("kdsm_partition", pa.int32()),
+                      ("kdsm_offset", pa.int64()), ("kdsm_kafka_ts", ts), ("kdsm_committed_at", ts)])
+
+
+def batch_table(batch) -> pa.Table:
+    """A ``ScoredBatch`` as an archive table (schema ``archive_schema(batch.feature_names)``)."""
+    n = len(batch.scores)
+    schema = archive_schema(list(batch.feature_names))
+    committed = batch.committed_at if batch.committed_at is not None else time.time()
+    X = np.asarray(batch.X, dtype=np.float64).reshape(n, len(batch.feature_names))
+    kafka_ts = np.asarray(batch.timestamps_ms, dtype=np.int64)
+    cols = [pa.array([None if i is None else str(i) for i in batch.event_ids], pa.string()),
+            pa.array([None if t is None else str(t) for t in batch.event_ts], pa.string()),
+            *[pa.array(X[:, j]) for j in range(X.shape[1])],
+            pa.array(np.asarray(batch.scores, np.float64)),
+            pa.array([str(s) for s in batch.severities], pa.string()),
+            pa.array([batch.model_version] * n, pa.string()), pa.array([batch.schema_hash] * n, pa.string()),
+            pa.array(list(batch.topics), pa.string()), pa.array(np.asarray(batch.partitions, np.int32)),
+            pa.array(np.asarray(batch.offsets, np.int64)),
+            pa.array(kafka_ts, pa.int64(), mask=kafka_ts < 0).cast(pa.timestamp("ms", tz="UTC")),
+            pa.array(np.full(n, int(committed * 1000), np.int64)).cast(pa.timestamp("ms", tz="UTC"))]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def closed_files(root: str | os.PathLike) -> list[Path]:
+    """Closed archive files, oldest first (by the close time, the file's mtime)."""
+    files = [p for p in Path(root).glob("date=*/part-*.parquet") if p.is_file()]
+    return sorted(files, key=lambda p: (_mtime(p), p.name))
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_spool(path: Path) -> pa.Table | None:
+    """Every complete record batch of an IPC stream, even one whose writer died mid-write."""
+    batches = []
+    schema = None
+    try:
+        with pa.OSFile(str(path), "rb") as f:
+            reader = ipc.open_stream(f)
+            schema = reader.schema
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError):
+                    log.warning("archive spool %s ends in a partial batch; kept %d complete batches", path, len(batches))
+                    break
+    except (pa.ArrowInvalid, OSError) as e:
+        log.warning("archive spool %s has no readable schema (%s); nothing to recover", path, e)
+        return None
+    return pa.Table.from_batches(batches, schema=schema) if batches else None
+
+
+class _Spool:
+    """The open file: an flock-ed Arrow IPC stream, fsynced per batch."""
+
+    def __init__(self, root: Path, schema: pa.Schema, opened: float, fsync: bool):
+        self.dir = root / SPOOL
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.id = uuid.uuid4().hex[:12]
+        self.path = self.dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{self.id}.arrows"
+        self.f = open(self.path, "wb")
+        fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.writer = ipc.new_stream(self.f, schema)
+        self.schema, self.opened, self.fsync, self.rows = schema, opened, fsync, 0
+        self.date = time.strftime("%Y-%m-%d", time.gmtime(opened))
+
+    def append(self, table: pa.Table) -> None:
+        self.writer.write_table(table)
+        self.f.flush()
+        if self.fsync:
+            os.fsync(self.f.fileno())
+        self.rows += table.num_rows
+
+    @property
+    def bytes(self) -> int:
+        return self.f.tell()
+
+    def finish(self) -> None:
+        self.writer.close()
+        self.f.flush()
+        # The lock goes with the descriptor; convert before unlocking so no recovery races us.
+
+
+class ArchiveSink:
+    """Streamer sink: ``on_committed(batch)`` appends the batch; files roll by size, age and date."""
+
+    name = "archive"
+
+    def __init__(self, cfg: ArchiveConfig, clock=time.time, background: bool = True):
+        if not cfg.dir:
+            raise ValueError("archive.dir is not set")
+        self.cfg = cfg
+        self.root = Path(cfg.dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._spool: _Spool | None = None
+        self._closed = False
+        self.recovered = self.recover()
+        self.enforce_retention()
+        self._stop = threading.Event()
+        self._thread = None
+        if background:  # rolls an idle spool by age even when no batch arrives
+            self._thread = threading.Thread(target=self._tick_loop, name="kdsm-archive-roll", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------ sink API
+    def on_committed(self, batch) -> None:
+        if len(batch.scores) == 0:
+            return
+        table = batch_table(batch)
+        now = self.clock()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("archive sink is closed")
+            sp = self._spool
+            if sp is not None and (sp.schema != table.schema or sp.date != time.strftime("%Y-%m-%d", time.gmtime(now))):
+                self._roll("schema-or-date")
+            if self._spool is None:
+                self._spool = _Spool(self.root, table.schema, now, self.cfg.fsync)
+            self._spool.append(table)
+            ROWS.inc(table.num_rows)
+            self.maybe_roll(now)
+
+    def maybe_roll(self, now: float | None = None) -> Path | None:
+        now = self.clock() if now is None else now
+        with self._lock:
+            sp = self._spool
+            if sp is None:
+                return None
+            if sp.bytes >= self.cfg.max_file_bytes:
+                return self._roll("size")
+            if now - sp.opened >= self.cfg.max_file_seconds:
+                return self._roll("age")
+        return None
+
+    def flush(self) -> Path | None:
+        """Close the open file now (tests, shutdown)."""
+        with self._lock:
+            return self._roll("flush") if self._spool is not None else None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if self._spool is not None:
+                self._roll("close")
+            self._closed = True
+
+    # ------------------------------------------------------------ internals
+    def _tick_loop(self) -> None:
+        period = min(1.0, self.cfg.max_file_seconds / 4)
+        while not self._stop.wait(period):
+            try:
+                self.maybe_roll()
+            except Exception as e:  # a full disk must not kill the thread; the next tick retries
+                log.error("archive roll failed: %s", e)
+
+    def _roll(self, how: str) -> Path | None:
+        sp, self._spool = self._spool, None
+        sp.finish()
+        try:
+            table = read_spool(sp.path)
+            out = self._publish(table, sp.date, sp.opened, sp.id) if table is not None else None
+            os.unlink(sp.path)
+        finally:
+            sp.f.close()  # releases the flock
+        if out is not None:
+            FILES.labels(how).inc()
+        self.enforce_retention()
+        return out
+
+    def _publish(self, table: pa.Table, date: str, opened: float, ident: str) -> Path:
+        """Write Parquet under a temp name, fsync, rename into the date partition."""
+        d = self.root / f"date={date}"
+        d.mkdir(parents=True, exist_ok=True)
+        name = f"part-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{ident}.parquet"
+        tmp = d / f".{name}.tmp"
+        pq.write_table(table, tmp, compression=None if self.cfg.compression == "none" else self.cfg.compression)
+        if self.cfg.fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, d / name)
+        if self.cfg.fsync:
+            _fsync_dir(d)
+        return d / name
+
+    def recover(self) -> list[Path]:
+        """Turn spools left by dead streamers (no flock held) into closed files."""
+        out = []
+        for path in sorted((self.root / SPOOL).glob("*.arrows")):
+            try:
+                f = open(path, "rb")
+            except FileNotFoundError:
+                continue
+            try:
+                try:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live streamer owns it
+                if not path.exists():
+                    continue  # its owner closed it between our glob and our lock
+                table = read_spool(path)
+                opened_s, _, ident = path.stem.partition("-")
+                try:
+                    opened = calendar.timegm(time.strptime(opened_s, "%Y%m%dT%H%M%SZ"))
+                except ValueError:
+                    opened = _mtime(path)
+                if table is not None and table.num_rows:
+                    out.append(self._publish(table, time.strftime("%Y-%m-%d", time.gmtime(opened)), opened, ident))
+                    FILES.labels("recovered").inc()
+                    log.warning("archive: recovered %d rows from the spool of a stopped streamer (%s)", table.num_rows, path.name)
+                os.unlink(path)
+            finally:
+                f.close()
+        return out
+
+    def enforce_retention(self) -> list[Path]:
+        """Delete closed files older than the age bound, then the oldest ones above the size bound."""
+        files = closed_files(self.root)
+        deleted = []
+        now = self.clock()
+        max_age = self.cfg.retention_max_age_hours
+        keep = []
+        for p in files:
+            if max_age is not None and now - _mtime(p) > max_age * 3600:
+                deleted.append(p)
+            else:
+                keep.append(p)
+        if self.cfg.retention_max_bytes is not None:
+            sizes = {p: (p.stat().st_size if p.exists() else 0) for p in keep}
+            total = sum(sizes.values())
+            while keep and total > self.cfg.retention_max_bytes:
+                p = keep.pop(0)
+                total -= sizes[p]
+                deleted.append(p)
+        for p in deleted:
+            try:
+                p.unlink()
+                DELETED.inc()
+            except FileNotFoundError:
+                pass  # another streamer's retention got there first
+            try:
+                p.parent.rmdir()  # only succeeds when the date directory is empty
+            except OSError:
+                pass
+        return deleted
+
+
+def example_batch(n: int = 4, features=("f0", "f1"), offset0: int = 0, version: str = "v-test", seed: int = 0):
+    """A ScoredBatch-shaped object for docs and tests (the real one is ``streamer.batch.ScoredBatch``)."""
+    rng = np.random.default_rng(seed)
+    scores = rng.gamma(2.0, 1.0, n)
+    return SimpleNamespace(topics=["events"] * n, partitions=np.zeros(n, np.int32),
+                           offsets=np.arange(offset0, offset0 + n, dtype=np.int64),
+                           timestamps_ms=np.full(n, 1_700_000_000_000, np.int64),
+                           event_ids=[f"e{offset0 + i}" for i in range(n)], event_ts=[None] * n,
+                           X=rng.normal(size=(n, len(features))), scores=scores,
+                           severities=np.where(scores > 6, "warning", ""), model_version=version,
+                           schema_hash="h", feature_names=list(features), thresholds={"warning": 6.0},
+                           n_dead_letters=0, committed_at=None)
