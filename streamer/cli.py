@@ -15,15 +15,17 @@ from offline_train.config import ConfigError
 from offline_train.data import DataError
 
 from .config import Settings
+from .thresholds import ThresholdError
 
 # Modules exposing ``register(subparsers, settings_cls)``, in help order.
 COMMAND_MODULES = [
     "offline_train.cli",
+    "streamer.commands",
 ]
 # Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
-BENCH_MODULES: list[str] = ["offline_train.evaluation.cli"]
+BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli"]
 
-USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError)
+USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError)
 
 
 def build_parser() -> argparse.ArgumentParser:
