@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian machine (as root): Redis server, PyTorch (CPU wheel), the project.
+# Idempotent: re-running skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: installing redis-server (apt)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
+# torch first and pinned: an unpinned torch on a clean machine would pull a multi-GB CUDA build.
+if ! python3 -c "import torch" >/dev/null 2>&1; then
+  echo "setup: installing torch==2.13.0 (CPU wheel)"
+  python3 -m pip install -q torch==2.13.0
+fi
+echo "setup: installing kdsm-stream and its dev extras"
+python3 -m pip install -q -e ".[dev]"
+echo "setup: done ($(python3 -c 'import torch; print("torch", torch.__version__)'), $(redis-server --version | cut -d' ' -f1-3))"
