@@ -1,0 +1,59 @@
+"""Alert messages (DESIGN 5), built only for rows at or above the lowest threshold.
+
+``alert_id`` is a hash of (topic, partition, offset, model version): a
+re-delivered event scored by the same model gets the same id, so subscribers
+can de-duplicate. The Kafka key is the alert_id.
+
+>>> alert_id("events", 0, 42, "v1") == alert_id("events", 0, 42, "v1")
+True
+>>> alert_id("events", 0, 42, "v1") == alert_id("events", 0, 42, "v2")
+False
+>>> len(alert_id("events", 0, 42, "v1"))
+32
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import numpy as np
+
+from .batch import RecordBatch
+from .decode import Decoded
+from .scorer import ScoreResult
+
+
+def alert_id(topic: str, partition: int, offset: int, model_version: str) -> str:
+    return hashlib.sha256(f"{topic}\x00{partition}\x00{offset}\x00{model_version}".encode()).hexdigest()[:32]
+
+
+def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thresholds: dict[str, float]) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs, one per alert row, JSON as documented in docs/streaming.md."""
+    if not len(res.alert_rows):
+        return []
+    scored_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    names = model.feature_names_
+    ex = res.explanation
+    version, schema = model.version_, model.schema_hash_
+    out = []
+    for j, row in enumerate(res.alert_rows.tolist()):
+        pos = int(dec.rows[row])
+        topic, part, off = batch.topics[pos], int(batch.partitions[pos]), int(batch.offsets[pos])
+        sev = res.severities[row]
+        aid = alert_id(topic, part, off, version)
+        top = [{"name": names[f], "value": float(v), "expected": float(e), "contribution": float(c),
+                "direction": int(s)}
+               for f, v, e, c, s in zip(ex.features[j].tolist(), ex.value[j], ex.expected[j], ex.contribution[j], ex.direction[j])]
+        msg = {"alert_id": aid, "event_id": dec.ids[row], "event_time": dec.ts[row], "scored_at": scored_at,
+               "score": float(res.scores[row]), "p_value": float(res.p_values[j]), "severity": sev,
+               "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,
+               "source": {"topic": topic, "partition": part, "offset": off}, "top_features": top}
+        out.append((aid.encode(), json.dumps(msg, separators=(",", ":")).encode()))
+    return out
+
+
+def severity_counts(severities: np.ndarray) -> dict[str, int]:
+    names, counts = np.unique(severities[severities != ""], return_counts=True)
+    return dict(zip(names.tolist(), counts.tolist()))

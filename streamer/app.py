@@ -1,0 +1,224 @@
+"""The consumer loop of ``kdsm stream``: poll -> decode -> score -> publish -> ack -> commit -> sinks.
+
+One iteration handles one micro-batch (``stream.max_batch`` records or
+``stream.max_wait_ms``):
+
+1. ask the model provider for the current model (never mid-batch);
+2. decode the raw values (``streamer.decode``): valid rows to a float matrix,
+   the rest to dead letters with a reason code;
+3. score the valid rows in one forward pass (``streamer.scorer``) against the
+   live thresholds of that model version (``streamer.thresholds``);
+4. publish alerts (only rows at/above the lowest threshold) and dead letters;
+5. commit offsets once every message of the batch is acknowledged
+   (``streamer.checkpoint`` owns the order), then hand the batch to sinks.
+
+Up to ``stream.max_in_flight`` batches may be published but not yet
+acknowledged; at that many the assigned partitions are paused until the
+oldest are acknowledged and committed (backpressure, no unbounded buffer).
+A rebalance listener drains (flush + commit) everything in flight before
+partitions are revoked; SIGTERM/SIGINT finish the batch, drain and close.
+
+Two hooks for other components:
+
+- **model provider**: any object with ``current() -> KDSM`` (with
+  ``.version_``). ``StaticModelProvider`` serves one artifact; a
+  registry-backed provider may return a new version from one batch to the
+  next. Alerts carry the version that scored them; thresholds are looked up
+  per version.
+- **sinks**: objects with ``on_committed(batch: ScoredBatch)``, called after
+  the batch's offsets are committed, in commit order (archive, drift, ...).
+  A sink's exception is logged and counted (``kdsm_sink_errors_total``),
+  never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+
+import numpy as np
+from kafka import ConsumerRebalanceListener
+
+from .alerts import build_alerts, severity_counts
+from .batch import RecordBatch, ScoredBatch, poll_batch
+from .checkpoint import Checkpointer, InFlight
+from .deadletter import dead_letter
+from .decode import Decoded, Decoder, Reject
+from .kafka_clients import ensure_topics, make_consumer, make_producer
+from .metrics import StreamMetrics
+from .scorer import Scorer, ScoreResult
+
+log = logging.getLogger("kdsm.stream")
+
+_LATENCY_SAMPLES = 32  # per batch, for the e2e histogram (no per-event metric calls)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, app: StreamApp):
+        self.app = app
+
+    def on_partitions_revoked(self, revoked):
+        # Runs inside poll(), between batches: everything processed so far is in flight; finish it.
+        self.app.metrics.rebalances.labels("revoked").inc()
+        done = self.app.checkpoint.drain()
+        self.app._after_commit(done)
+        log.info({"event": "partitions_revoked", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in revoked),
+                  "drained_batches": len(done)})
+
+    def on_partitions_assigned(self, assigned):
+        self.app.metrics.rebalances.labels("assigned").inc()
+        self.app.metrics.assigned.set(len(assigned))
+        log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
+
+
+class StreamApp:
+    """Run with ``run()``; stop from any thread with ``stop()`` (or SIGTERM/SIGINT via ``install_signal_handlers``)."""
+
+    def __init__(self, settings, provider, sinks=(), metrics: StreamMetrics | None = None, thresholds=None):
+        self.settings = settings
+        self.provider = provider
+        self.sinks = list(sinks)
+        self.metrics = metrics or StreamMetrics()
+        self.thresholds = thresholds  # LiveThresholds or None (artifact thresholds)
+        sc = settings.stream
+        self.scorer = Scorer(top_features=sc.top_features, threads=sc.threads)
+        self._stop = threading.Event()
+        self._decoder: Decoder | None = None
+        self._decoder_version: str | None = None
+        self.counts = {"events": 0, "scored": 0, "dead_letters": 0, "alerts": 0, "batches": 0}
+        self.checkpoint: Checkpointer | None = None
+        self.consumer = self.producer = None
+        self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            log.info({"event": "signal", "signal": signal.Signals(signum).name, "action": "finish batch, drain, close"})
+            self.stop()
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, max_events: int | None = None) -> dict:
+        k, sc = self.settings.kafka, self.settings.stream
+        ensure_topics(k, [k.alerts_topic, k.deadletter_topic])
+        self.consumer = make_consumer(k)
+        self.producer = make_producer(k)
+        self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s)
+        self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
+        log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
+                  "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight})
+        try:
+            while not self._stop.is_set():
+                self.metrics.last_loop = time.time()
+                model = self.provider.current()
+                self._use_model(model)
+                rb = poll_batch(self.consumer, sc.max_batch, sc.max_wait_ms)
+                if self.consumer.assignment():
+                    self.ready.set()
+                if len(rb):
+                    self._process(rb, model)
+                self._after_commit(self.checkpoint.retire())
+                if len(self.checkpoint.in_flight) >= sc.max_in_flight:
+                    self._backpressure()
+                if max_events is not None and self.counts["events"] >= max_events:
+                    break
+            self._after_commit(self.checkpoint.drain())
+        finally:
+            self._close()
+        log.info({"event": "stopped", **self.counts})
+        return dict(self.counts)
+
+    def _close(self) -> None:
+        try:
+            self.producer.close(timeout=self.settings.kafka.delivery_timeout_s)
+        finally:
+            self.consumer.close(autocommit=False)
+
+    def _backpressure(self) -> None:
+        """Pause fetching while the oldest batches wait for their acks, then commit them and resume."""
+        parts = self.consumer.assignment()
+        self.consumer.pause(*parts)
+        self.metrics.paused.inc()
+        try:
+            self._after_commit(self.checkpoint.drain())
+        finally:
+            self.consumer.resume(*[p for p in parts if p in self.consumer.assignment()])
+
+    def _use_model(self, model) -> None:
+        if model.version_ == self._decoder_version:
+            return
+        sc, k = self.settings.stream, self.settings.kafka
+        self._decoder = Decoder(model.feature_names_, sc.id_field, sc.ts_field, sc.schema_field, model.schema_hash_,
+                                k.max_event_bytes)
+        self._decoder_version = model.version_
+        self.metrics.model.clear()
+        self.metrics.model.labels(model.version_, model.schema_hash_).set(1)
+        self.metrics.device.clear()
+        self.metrics.device.labels(str(model.device_)).set(1)
+        log.info({"event": "model", "version": model.version_, "schema_hash": model.schema_hash_,
+                  "device": str(model.device_), "features": len(model.feature_names_)})
+
+    def _process(self, rb: RecordBatch, model) -> None:
+        t0 = time.perf_counter()
+        k = self.settings.kafka
+        thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
+        dec = self._decoder.decode(rb.values)
+        res = self._score(model, dec, thresholds)
+        step = max(1, len(rb) // _LATENCY_SAMPLES)
+        flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
+        alerts = build_alerts(rb, dec, res, model, thresholds)
+        for key, value in alerts:
+            self.checkpoint.send(flight, k.alerts_topic, key, value)
+        for r in dec.rejects:
+            self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
+                                 dead_letter(rb.values[r.index], rb.topics[r.index], int(rb.partitions[r.index]),
+                                             int(rb.offsets[r.index]), r.reason, r.message,
+                                             int(rb.timestamps_ms[r.index]), model.version_))
+            self.metrics.dead_letters.labels(r.reason).inc()
+        rows = dec.rows
+        flight.scored = ScoredBatch(
+            topics=[rb.topics[i] for i in rows.tolist()], partitions=rb.partitions[rows], offsets=rb.offsets[rows],
+            timestamps_ms=rb.timestamps_ms[rows], event_ids=dec.ids, event_ts=dec.ts, X=dec.X, scores=res.scores,
+            severities=res.severities, model_version=model.version_, schema_hash=model.schema_hash_,
+            feature_names=list(model.feature_names_), thresholds=dict(thresholds), n_dead_letters=len(dec.rejects))
+        self.checkpoint.add(flight)
+        # Metrics, once per batch.
+        n_ok, n_dead = len(dec.X), len(dec.rejects)
+        self.metrics.events.labels("scored").inc(n_ok)
+        self.metrics.events.labels("dead_letter").inc(n_dead)
+        for sev, c in severity_counts(res.severities).items():
+            self.metrics.alerts.labels(sev).inc(c)
+        self.metrics.batch_size.observe(len(rb))
+        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        c = self.counts
+        c["events"] += len(rb)
+        c["scored"] += n_ok
+        c["dead_letters"] += n_dead
+        c["alerts"] += len(alerts)
+        c["batches"] += 1
+
+    def _score(self, model, dec: Decoded, thresholds) -> ScoreResult:
+        empty = ScoreResult(np.zeros(0), np.zeros(0, dtype=object), np.zeros(0, np.int64), np.zeros(0), None)
+        if not len(dec.X):
+            return empty
+        try:
+            return self.scorer.score(model, dec.X, thresholds)
+        except Exception as e:  # noqa: BLE001 - a scorer failure must not stop the stream: dead-letter the rows
+            log.exception({"event": "scoring_error", "rows": len(dec.X)})
+            dec.rejects.extend(Reject(int(i), "scoring_error", repr(e)[:500]) for i in dec.rows)
+            dec.X, dec.rows, dec.ids, dec.ts = dec.X[:0], dec.rows[:0], [], []
+            return empty
+
+    def _after_commit(self, batches: list[ScoredBatch]) -> None:
+        for b in batches:
+            for sink in self.sinks:
+                try:
+                    sink.on_committed(b)
+                except Exception:  # noqa: BLE001 - a sink never stops scoring
+                    self.metrics.sink_errors.labels(type(sink).__name__).inc()
+                    log.exception({"event": "sink_error", "sink": type(sink).__name__})

@@ -1,0 +1,92 @@
+"""Micro-batches: what one poll returns (``RecordBatch``) and what a scored batch hands to sinks (``ScoredBatch``).
+
+``poll_batch`` polls up to ``max_batch`` records or ``max_wait_ms``,
+whichever comes first, and flattens them into column arrays so the rest of
+the pipeline works on arrays, not on record objects.
+
+>>> b = RecordBatch.from_records([])
+>>> len(b), b.commit_offsets()
+(0, {})
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from kafka.structs import TopicPartition
+
+
+@dataclass
+class RecordBatch:
+    """Polled records as columns; ``values`` are the raw bytes (None for tombstones)."""
+
+    topics: list[str]
+    partitions: np.ndarray  # int32
+    offsets: np.ndarray  # int64
+    timestamps_ms: np.ndarray  # int64, the Kafka record timestamps
+    keys: list
+    values: list
+    polled_at: float  # time.time() when the poll returned
+
+    @classmethod
+    def from_records(cls, records: list) -> RecordBatch:
+        return cls(topics=[r.topic for r in records],
+                   partitions=np.fromiter((r.partition for r in records), np.int32, len(records)),
+                   offsets=np.fromiter((r.offset for r in records), np.int64, len(records)),
+                   timestamps_ms=np.fromiter((r.timestamp if r.timestamp is not None else -1 for r in records), np.int64, len(records)),
+                   keys=[r.key for r in records], values=[r.value for r in records], polled_at=time.time())
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def commit_offsets(self) -> dict[TopicPartition, int]:
+        """Next offset to consume per partition (last offset + 1), the value a commit stores."""
+        out: dict[TopicPartition, int] = {}
+        for t, p, o in zip(self.topics, self.partitions.tolist(), self.offsets.tolist()):
+            tp = TopicPartition(t, p)
+            if o + 1 > out.get(tp, -1):
+                out[tp] = o + 1
+        return out
+
+
+def poll_batch(consumer, max_batch: int, max_wait_ms: int) -> RecordBatch:
+    """Poll until ``max_batch`` records or ``max_wait_ms`` have passed; may return an empty batch."""
+    records: list = []
+    deadline = time.monotonic() + max_wait_ms / 1000.0
+    while True:
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        got = consumer.poll(timeout_ms=left_ms, max_records=max_batch - len(records))
+        for recs in got.values():
+            records.extend(recs)
+        if len(records) >= max_batch or time.monotonic() >= deadline:
+            break
+    return RecordBatch.from_records(records)
+
+
+@dataclass
+class ScoredBatch:
+    """A batch after scoring, as sinks see it once its offsets are committed (valid rows only).
+
+    Sinks (archive, drift, ...) get this from ``on_committed``; arrays are aligned by row.
+    """
+
+    topics: list[str]
+    partitions: np.ndarray
+    offsets: np.ndarray
+    timestamps_ms: np.ndarray  # Kafka record timestamps
+    event_ids: list
+    event_ts: list  # the events' own timestamps (None where absent)
+    X: np.ndarray  # (n, d) float64 raw features, in the model's feature order
+    scores: np.ndarray
+    severities: np.ndarray  # '' / 'warning' / 'critical'
+    model_version: str
+    schema_hash: str
+    feature_names: list[str]
+    thresholds: dict[str, float]
+    n_dead_letters: int = 0
+    committed_at: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.scores)

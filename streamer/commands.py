@@ -1,0 +1,117 @@
+"""Online subcommands of ``kdsm``: stream, replay, thresholds, demo. Registered by ``streamer.cli``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from offline_train.config import load_settings
+
+
+def register(sub: argparse._SubParsersAction, settings_cls) -> None:
+    p = sub.add_parser("stream", help="score Kafka events with a model artifact; publish alerts and dead letters",
+                       description="Consumer group on kafka.events_topic -> micro-batches -> K-DSM -> alerts / dead letters. "
+                                   "Offsets are committed after the broker acknowledged every message (at least once).")
+    p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
+    p.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
+    p.add_argument("--max-events", type=int, help="stop after this many events (default: run until SIGTERM/SIGINT)")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=lambda a: _stream(a, settings_cls))
+
+    p = sub.add_parser("replay", help="produce the rows of a Parquet file as JSON events (demos, benchmarks)",
+                       description="One JSON object per row (all columns but the label), keyed by id, at --rate events/s.")
+    p.add_argument("--data", required=True, help="Parquet file, directory or glob")
+    p.add_argument("--topic", help="topic to produce to (default: kafka.events_topic)")
+    p.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    p.add_argument("--limit", type=int, help="send at most this many rows")
+    p.add_argument("--repeat", type=int, default=1, help="send the file this many times")
+    p.add_argument("--config", help="YAML config file")
+    p.set_defaults(func=lambda a: _replay(a, settings_cls))
+
+    p = sub.add_parser("thresholds", help="show, set or reset the live alert thresholds in Redis",
+                       description="Thresholds are per model version and severity; a change reaches running streamers within ~1 s "
+                                   "and is recorded in an audit list (who/when/old/new).")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_ in (("show", "thresholds in force, overrides, quantiles and the audit trail"),
+                        ("set", "override one severity's threshold by --quantile or --score"),
+                        ("reset", "drop overrides (one --severity or all), back to the artifact's thresholds")):
+        q = tsub.add_parser(name, help=help_)
+        q.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
+        q.add_argument("--config", help="YAML config file")
+        if name == "set":
+            q.add_argument("--severity", required=True, help="severity name, e.g. warning or critical")
+            g = q.add_mutually_exclusive_group(required=True)
+            g.add_argument("--quantile", type=float, help="quantile of the artifact's calibration scores, e.g. 0.995")
+            g.add_argument("--score", type=float, help="absolute anomaly score")
+        if name == "reset":
+            q.add_argument("--severity", help="only this severity (default: all)")
+        if name in ("set", "reset"):
+            q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
+        q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
+
+    p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
+                       description="Starts a local Tansu broker and Redis, trains on the bundled cardio data, replays it as a "
+                                   "live stream with anomalies, prints alerts as they arrive, then cleans up.")
+    p.add_argument("--events", type=int, default=3000, help="events to replay (the data set is cycled)")
+    p.add_argument("--rate", type=float, default=500.0, help="events per second")
+    p.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds at the latest")
+    p.add_argument("--steps", type=int, default=600, help="training steps of the demo model")
+    p.add_argument("--workdir", help="where the model, report and logs go (default: a new temp directory)")
+    p.add_argument("--metrics-port", type=int, default=0, help="metrics port (default: a free one)")
+    p.set_defaults(func=lambda a: _demo(a, settings_cls))
+
+
+def _settings(a, settings_cls):
+    return load_settings(settings_cls, getattr(a, "config", None))
+
+
+def _model_path(a, s) -> str:
+    path = a.model or s.stream.model
+    if not path:
+        raise FileNotFoundError("no model: pass --model DIR or set stream.model in the config")
+    return path
+
+
+def _stream(a, settings_cls) -> int:
+    from .logs import setup_logging
+    from .service import run_stream
+
+    setup_logging(a.log_level)
+    s = _settings(a, settings_cls)
+    counts = run_stream(s, _model_path(a, s), max_events=a.max_events, signals=True)
+    print(json.dumps(counts))
+    return 0
+
+
+def _replay(a, settings_cls) -> int:
+    from .replay import replay
+
+    s = _settings(a, settings_cls)
+    replay(s, a.data, a.topic or s.kafka.events_topic, rate=a.rate, limit=a.limit, repeat=a.repeat)
+    return 0
+
+
+def _thresholds(a, settings_cls) -> int:
+    from offline_train.detector import KDSM
+
+    from .thresholds import ThresholdOps
+
+    s = _settings(a, settings_cls)
+    ops = ThresholdOps.from_settings(s, KDSM.load(_model_path(a, s), device="cpu"))
+    if a.action == "show":
+        out = ops.show()
+    elif a.action == "set":
+        out = ops.set(a.severity, quantile=a.quantile, score=a.score, by=a.by)
+    else:
+        out = ops.reset(a.severity, by=a.by)
+    json.dump(out, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def _demo(a, settings_cls) -> int:
+    from .demo import run_demo
+
+    return run_demo(settings_cls, events=a.events, rate=a.rate, duration=a.duration, steps=a.steps,
+                    workdir=a.workdir, metrics_port=a.metrics_port)

@@ -1,0 +1,71 @@
+"""kafka-python clients built from ``settings.kafka`` (security passthrough included), and topic creation.
+
+>>> from streamer.config import KafkaConfig
+>>> client_kwargs(KafkaConfig(bootstrap="a:1,b:2"))["bootstrap_servers"]
+['a:1', 'b:2']
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+log = logging.getLogger("kdsm.kafka")
+
+
+def client_kwargs(k) -> dict:
+    kw = {"bootstrap_servers": [b.strip() for b in k.bootstrap.split(",") if b.strip()],
+          "security_protocol": k.security_protocol}
+    if k.sasl_mechanism:
+        kw["sasl_mechanism"] = k.sasl_mechanism
+        kw["sasl_plain_username"] = k.sasl_username
+        kw["sasl_plain_password"] = k.sasl_password.get_secret_value() if k.sasl_password else None
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        if getattr(k, name):
+            kw[name] = getattr(k, name)
+    return kw
+
+
+def make_consumer(k, group_id: str | None = None, **extra) -> KafkaConsumer:
+    """A manual-commit group consumer; raw bytes in (decoding is the decoder's job)."""
+    return KafkaConsumer(group_id=group_id if group_id is not None else k.group_id, client_id=k.client_id,
+                         enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
+                         session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
+                         max_poll_interval_ms=k.max_poll_interval_ms, **client_kwargs(k), **extra)
+
+
+def make_producer(k, **extra) -> KafkaProducer:
+    """acks=all; batching by linger_ms/batch_size so one flush per micro-batch sends few requests."""
+    opts = {"acks": "all", "linger_ms": k.linger_ms, "batch_size": k.producer_batch_bytes,
+            "client_id": k.client_id, "retries": 5, **client_kwargs(k)}
+    opts.update(extra)
+    return KafkaProducer(**opts)
+
+
+def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 1) -> list[str]:
+    """Create the topics that do not exist yet; returns those created. Failures are logged, not raised
+    (a production cluster may forbid topic creation and have them already)."""
+    created = []
+    try:
+        admin = KafkaAdminClient(client_id=k.client_id, **client_kwargs(k))
+    except KafkaError as e:
+        log.warning({"event": "topic_admin_unavailable", "error": str(e)})
+        return created
+    try:
+        existing = set(admin.list_topics())
+        for t in topics:
+            if t in existing:
+                continue
+            try:
+                admin.create_topics([NewTopic(t, partitions, replication)])
+                created.append(t)
+            except TopicAlreadyExistsError:
+                pass
+            except KafkaError as e:
+                log.warning({"event": "topic_create_failed", "topic": t, "error": str(e)})
+    finally:
+        admin.close()
+    return created

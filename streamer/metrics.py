@@ -1,0 +1,91 @@
+"""Prometheus metrics of the streamer and the HTTP server for ``/metrics`` and ``/healthz``.
+
+Each ``StreamMetrics`` has its own registry, so several streamers (or tests)
+in one process do not collide. ``/healthz`` answers 200 while the consumer
+loop has completed an iteration within ``stale_s`` seconds, else 503.
+
+>>> m = StreamMetrics()
+>>> m.events.labels("scored").inc(3)
+>>> b"kdsm_events_total" in m.render()
+True
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class StreamMetrics:
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.events = Counter("kdsm_events", "events consumed, by result (scored | dead_letter)", ["result"], registry=r)
+        self.alerts = Counter("kdsm_alerts", "alerts published, by severity", ["severity"], registry=r)
+        self.dead_letters = Counter("kdsm_dead_letters", "events sent to the dead-letter topic, by reason", ["reason"], registry=r)
+        self.batch_size = Histogram("kdsm_batch_size", "events per micro-batch", registry=r,
+                                    buckets=(1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000))
+        self.batch_seconds = Histogram("kdsm_batch_seconds", "decode + score + publish time of a batch", registry=r, buckets=_LAT_BUCKETS)
+        self.e2e_seconds = Histogram("kdsm_e2e_latency_seconds", "Kafka record timestamp to offset commit (sampled per batch)",
+                                     registry=r, buckets=_LAT_BUCKETS)
+        self.device = Gauge("kdsm_scorer_device_info", "1 for the device the scorer runs on", ["device"], registry=r)
+        self.model = Gauge("kdsm_model_info", "1 for the model version in use", ["version", "schema_hash"], registry=r)
+        self.last_commit = Gauge("kdsm_last_commit_timestamp_seconds", "unix time of the last offset commit", registry=r)
+        self.commits = Counter("kdsm_commits", "offset commits, by outcome (ok | failed)", ["outcome"], registry=r)
+        self.redis_up = Gauge("kdsm_redis_up", "1 while Redis (live thresholds) answers, 0 while the cached thresholds are used", registry=r)
+        self.threshold = Gauge("kdsm_threshold", "threshold in force, by model version and severity", ["version", "severity"], registry=r)
+        self.paused = Counter("kdsm_backpressure_pauses", "times the partitions were paused because max_in_flight batches were unacknowledged", registry=r)
+        self.in_flight = Gauge("kdsm_in_flight_batches", "batches published but not yet committed", registry=r)
+        self.assigned = Gauge("kdsm_assigned_partitions", "partitions this streamer owns", registry=r)
+        self.rebalances = Counter("kdsm_rebalances", "partition revocations and assignments", ["kind"], registry=r)
+        self.sink_errors = Counter("kdsm_sink_errors", "exceptions raised by post-commit sinks", ["sink"], registry=r)
+        self.delivery_errors = Counter("kdsm_delivery_errors", "alert/dead-letter sends the broker did not acknowledge", registry=r)
+        self.last_loop = time.time()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, *args):  # access logs would drown the JSON logs
+        pass
+
+
+class MetricsServer:
+    """Serves ``/metrics`` and ``/healthz`` from a daemon thread; ``port=0`` picks a free port."""
+
+    def __init__(self, metrics: StreamMetrics, host: str = "127.0.0.1", port: int = 9108, stale_s: float = 30.0):
+        self.metrics, self.stale_s = metrics, stale_s
+        self.server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        self.host, self.port = host, self.server.server_port
+        self.thread = threading.Thread(target=self.server.serve_forever, name="kdsm-metrics", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> MetricsServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _app(self, environ, start_response):
+        path = environ.get("PATH_INFO", "/")
+        if path == "/healthz":
+            age = time.time() - self.metrics.last_loop
+            ok = age < self.stale_s
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "application/json")])
+            return [(f'{{"status":"{"ok" if ok else "stale"}","last_loop_age_s":{age:.2f}}}').encode()]
+        if path in ("/metrics", "/"):
+            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+            return [self.metrics.render()]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found: try /metrics or /healthz\n"]

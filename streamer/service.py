@@ -1,0 +1,43 @@
+"""Wiring of one ``kdsm stream`` process: model provider, live thresholds, metrics server, consumer loop.
+
+``run_stream`` is what the CLI calls; tests and the demo call it too (with
+``signals=False`` off the main thread).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .app import StreamApp
+from .metrics import MetricsServer, StreamMetrics
+from .provider import StaticModelProvider
+from .thresholds import LiveThresholds
+
+log = logging.getLogger("kdsm.stream")
+
+
+def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
+    """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
+    provider = provider or StaticModelProvider(model_path, settings.stream.device)
+    metrics = StreamMetrics()
+    server = None
+    if settings.metrics.enabled:
+        server = MetricsServer(metrics, settings.metrics.host, settings.metrics.port).start()
+        log.info({"event": "metrics", "url": server.url + "/metrics", "health": server.url + "/healthz"})
+    r = settings.redis
+    live = LiveThresholds(r.url, r.password.get_secret_value() if r.password else None, r.key_prefix, r.refresh_s,
+                          r.socket_timeout_s, metrics).start()
+    return StreamApp(settings, provider, sinks=sinks, metrics=metrics, thresholds=live), server
+
+
+def run_stream(settings, model_path=None, provider=None, sinks=(), max_events: int | None = None,
+               signals: bool = False) -> dict:
+    app, server = build_app(settings, model_path, provider, sinks)
+    if signals:
+        app.install_signal_handlers()
+    try:
+        return app.run(max_events=max_events)
+    finally:
+        app.thresholds.stop()
+        if server is not None:
+            server.stop()

@@ -1,0 +1,274 @@
+"""Live thresholds: artifact thresholds, overridden per model version and severity from Redis.
+
+Redis layout (``P`` = ``redis.key_prefix``, ``V`` = model version):
+
+- ``P thresholds:V`` hash: severity -> JSON ``{"score", "quantile", "set_by", "set_at"}``
+- ``P thresholds:V:audit`` list (newest first, last 1000 kept): JSON
+  ``{"action", "severity", "old", "new", "quantile", "by", "at"}``
+- channel ``P thresholds:changed``: the version whose thresholds changed
+
+The streamer reads them through ``LiveThresholds``: a background thread
+listens on the channel and re-reads every ``refresh_s`` as well (a missed
+notification costs at most one period), so a change applies within about a
+second. If Redis is unreachable the last values read (or the artifact's) stay
+in force, the ``kdsm_redis_up`` gauge drops to 0 and a log line says so.
+
+>>> effective_thresholds({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 1.5}})
+{'warning': 1.5, 'critical': 2.0}
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import socket
+import threading
+import time
+
+import numpy as np
+import redis
+
+log = logging.getLogger("kdsm.thresholds")
+
+AUDIT_KEEP = 1000
+
+
+class ThresholdError(ValueError):
+    """A threshold operation that cannot be done (unknown severity, Redis unreachable, ...)."""
+
+
+def default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def effective_thresholds(artifact: dict[str, float], overrides: dict[str, dict]) -> dict[str, float]:
+    """Artifact thresholds with each overridden severity's score replaced."""
+    out = dict(artifact)
+    for sev, rec in overrides.items():
+        if sev in out:
+            out[sev] = float(rec["score"])
+    return out
+
+
+def connect(url: str, password: str | None = None, socket_timeout: float = 0.5) -> redis.Redis:
+    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=socket_timeout,
+                                socket_connect_timeout=socket_timeout, health_check_interval=0)
+
+
+class ThresholdStore:
+    """Reads and writes the overrides and their audit trail in Redis."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "kdsm:"):
+        self.client, self.prefix = client, prefix
+
+    @property
+    def channel(self) -> str:
+        return f"{self.prefix}thresholds:changed"
+
+    def key(self, version: str) -> str:
+        return f"{self.prefix}thresholds:{version}"
+
+    def overrides(self, version: str) -> dict[str, dict]:
+        raw = self.client.hgetall(self.key(version))
+        out = {}
+        for sev, text in raw.items():
+            try:
+                rec = json.loads(text)
+                float(rec["score"])
+                out[sev] = rec
+            except (ValueError, KeyError, TypeError):
+                log.warning({"event": "bad_threshold_record", "version": version, "severity": sev})
+        return out
+
+    def audit(self, version: str, n: int = 20) -> list[dict]:
+        return [json.loads(x) for x in self.client.lrange(self.key(version) + ":audit", 0, n - 1)]
+
+    def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        rec = {"score": float(score), "quantile": quantile, "set_by": by, "set_at": now}
+        entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
+        with self.client.pipeline(transaction=True) as p:
+            p.hset(self.key(version), severity, json.dumps(rec))
+            p.lpush(self.key(version) + ":audit", json.dumps(entry))
+            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+            p.publish(self.channel, version)
+            p.execute()
+        return entry
+
+    def reset(self, version: str, severities: list[str], by: str, old: dict[str, float], new: dict[str, float]) -> list[dict]:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        entries = [{"action": "reset", "severity": s, "old": old[s], "new": new[s], "quantile": None, "by": by, "at": now}
+                   for s in severities]
+        with self.client.pipeline(transaction=True) as p:
+            if severities:
+                p.hdel(self.key(version), *severities)
+            for e in entries:
+                p.lpush(self.key(version) + ":audit", json.dumps(e))
+            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+            p.publish(self.channel, version)
+            p.execute()
+        return entries
+
+
+class LiveThresholds:
+    """Thresholds the consumer loop reads per batch; kept fresh by a background thread.
+
+    ``get(model)`` never blocks on Redis after the first read of a version:
+    it returns the cached dict, which the thread replaces on pub/sub
+    notifications and every ``refresh_s``.
+    """
+
+    def __init__(self, url: str, password: str | None = None, prefix: str = "kdsm:", refresh_s: float = 1.0,
+                 socket_timeout: float = 0.5, metrics=None):
+        self.store = ThresholdStore(connect(url, password, socket_timeout), prefix)
+        self.refresh_s = refresh_s
+        self.metrics = metrics
+        self._artifact: dict[str, dict[str, float]] = {}
+        self._cache: dict[str, dict[str, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._up: bool | None = None
+        self._thread = threading.Thread(target=self._run, name="kdsm-thresholds", daemon=True)
+
+    def start(self) -> LiveThresholds:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def get(self, model) -> dict[str, float]:
+        v = model.version_
+        cached = self._cache.get(v)
+        if cached is not None:
+            return cached
+        with self._lock:
+            self._artifact[v] = dict(model.thresholds_)
+            self._cache[v] = dict(model.thresholds_)
+        self._refresh(v)  # first sight of a version: one synchronous read (bounded by the socket timeout)
+        return self._cache[v]
+
+    @property
+    def redis_up(self) -> bool:
+        return bool(self._up)
+
+    # ------------------------------------------------------------------ internals
+    def _refresh(self, version: str) -> None:
+        try:
+            over = self.store.overrides(version)
+        except (redis.RedisError, OSError) as e:
+            self._set_up(False, e)
+            return
+        self._set_up(True)
+        new = effective_thresholds(self._artifact[version], over)
+        if new != self._cache.get(version):
+            log.info({"event": "thresholds_changed", "version": version, "thresholds": new})
+        self._cache[version] = new  # one reference swap: readers see old or new, never a mix
+        if self.metrics is not None:
+            for sev, t in new.items():
+                self.metrics.threshold.labels(version, sev).set(t)
+
+    def _set_up(self, up: bool, err: Exception | None = None) -> None:
+        if up != self._up:
+            if up:
+                log.info({"event": "redis_up"})
+            else:
+                log.warning({"event": "redis_down", "error": str(err),
+                             "action": "scoring continues on cached/artifact thresholds"})
+        self._up = up
+        if self.metrics is not None:
+            self.metrics.redis_up.set(1 if up else 0)
+
+    def _run(self) -> None:
+        pubsub = None
+        last = 0.0
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.store.channel)
+                msg = pubsub.get_message(timeout=min(self.refresh_s, 0.5))
+                due = time.monotonic() - last >= self.refresh_s
+                if msg is not None or due:
+                    last = time.monotonic()
+                    changed = msg["data"] if msg is not None else None
+                    for v in list(self._artifact):
+                        if due or v == changed:
+                            self._refresh(v)
+            except (redis.RedisError, OSError, ValueError) as e:
+                self._set_up(False, e)
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
+                        pass
+                    pubsub = None
+                self._stop.wait(min(self.refresh_s, 1.0))
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class ThresholdOps:
+    """What ``kdsm thresholds show|set|reset`` does, for one model artifact's version.
+
+    Quantiles map to scores through the artifact's calibration scores
+    (``Calibration.threshold_for_quantile``), the same mapping training used.
+    """
+
+    def __init__(self, store: ThresholdStore, model):
+        self.store, self.model = store, model
+
+    @classmethod
+    def from_settings(cls, s, model) -> ThresholdOps:
+        r = s.redis
+        client = connect(r.url, r.password.get_secret_value() if r.password else None, socket_timeout=3.0)
+        try:
+            client.ping()
+        except (redis.RedisError, OSError) as e:
+            raise ThresholdError(f"Redis at {r.url} is unreachable: {e}") from None
+        return cls(ThresholdStore(client, r.key_prefix), model)
+
+    def _effective(self) -> tuple[dict[str, dict], dict[str, float]]:
+        over = self.store.overrides(self.model.version_)
+        return over, effective_thresholds(self.model.thresholds_, over)
+
+    def show(self) -> dict:
+        over, eff = self._effective()
+        cal = self.model.calibration_
+        return {"version": self.model.version_, "schema_hash": self.model.schema_hash_,
+                "artifact": dict(self.model.thresholds_), "artifact_quantiles": dict(cal.quantiles),
+                "overrides": over,
+                "effective": {sev: {"score": t, "quantile": round(cal.quantile_of(t), 6),
+                                    "source": "redis" if sev in over else "artifact"} for sev, t in eff.items()},
+                "audit": self.store.audit(self.model.version_, 10)}
+
+    def set(self, severity: str, quantile: float | None = None, score: float | None = None, by: str | None = None) -> dict:
+        if severity not in self.model.thresholds_:
+            raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(self.model.thresholds_)}")
+        if quantile is not None:
+            if not 0 < quantile < 1:
+                raise ThresholdError(f"--quantile must be in (0, 1), got {quantile}")
+            score = self.model.calibration_.threshold_for_quantile(quantile)
+        if score is None or not np.isfinite(score):
+            raise ThresholdError(f"--score must be a finite number, got {score}")
+        _, eff = self._effective()
+        entry = self.store.set(self.model.version_, severity, float(score), quantile, by or default_actor(), eff[severity])
+        return {"version": self.model.version_, **entry}
+
+    def reset(self, severity: str | None = None, by: str | None = None) -> dict:
+        over, eff = self._effective()
+        if severity is not None and severity not in self.model.thresholds_:
+            raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(self.model.thresholds_)}")
+        sevs = [severity] if severity else sorted(over)
+        sevs = [s for s in sevs if s in over]
+        entries = self.store.reset(self.model.version_, sevs, by or default_actor(), eff, dict(self.model.thresholds_))
+        return {"version": self.model.version_, "reset": entries}
