@@ -1,0 +1,152 @@
+"""Live thresholds against a real Redis: CLI set/show/reset with audit, live change within 2 s, Redis down -> scoring goes on."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import yaml
+from conftest import make_blobs
+from stream_support import Collect, StreamerThread, create_topics, event, make_settings, produce, read_topic, wait_for
+
+from offline_train.detector import KDSM
+from streamer import local_services
+from streamer.cli import main as kdsm
+from streamer.thresholds import LiveThresholds, ThresholdStore, connect
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def model(tiny_model_dir):
+    return KDSM.load(tiny_model_dir, device="cpu")
+
+
+def _cli(capsys, *args) -> dict:
+    assert kdsm(list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _config(tmp_path, redis_url, prefix) -> str:
+    p = tmp_path / "kdsm.yaml"
+    p.write_text(yaml.safe_dump({"redis": {"url": redis_url, "key_prefix": prefix}}))
+    return str(p)
+
+
+def test_cli_set_by_quantile_and_score_show_reset_with_audit(tmp_path, capsys, redis_url, redis_client, unique, tiny_model_dir, model):
+    prefix = f"kdsm-test-{unique}:"
+    cfg = _config(tmp_path, redis_url, prefix)
+    base = ["--model", str(tiny_model_dir), "--config", cfg]
+    shown = _cli(capsys, "thresholds", "show", *base)
+    assert shown["effective"]["warning"] == {"score": model.thresholds_["warning"], "quantile": pytest.approx(0.99, abs=0.01), "source": "artifact"}
+    assert shown["overrides"] == {} and shown["audit"] == []
+
+    out = _cli(capsys, "thresholds", "set", *base, "--severity", "warning", "--quantile", "0.9", "--by", "alice")
+    want = model.calibration_.threshold_for_quantile(0.9)
+    assert out["new"] == pytest.approx(want) and out["old"] == pytest.approx(model.thresholds_["warning"])
+    assert out["by"] == "alice" and out["quantile"] == 0.9
+    _cli(capsys, "thresholds", "set", *base, "--severity", "critical", "--score", "123.5", "--by", "bob")
+    shown = _cli(capsys, "thresholds", "show", *base)
+    assert shown["effective"]["warning"]["score"] == pytest.approx(want)
+    assert shown["effective"]["warning"]["source"] == "redis"
+    assert shown["effective"]["critical"]["score"] == 123.5
+    assert [(a["by"], a["severity"], a["action"]) for a in shown["audit"]] == [("bob", "critical", "set"), ("alice", "warning", "set")]
+    assert all(a["at"].endswith("Z") for a in shown["audit"])
+    # The record lives in Redis under the version, where every streamer reads it.
+    assert json.loads(redis_client.hget(f"{prefix}thresholds:{model.version_}", "critical"))["score"] == 123.5
+
+    out = _cli(capsys, "thresholds", "reset", *base, "--severity", "critical", "--by", "carol")
+    assert out["reset"][0]["old"] == 123.5 and out["reset"][0]["new"] == pytest.approx(model.thresholds_["critical"])
+    _cli(capsys, "thresholds", "reset", *base)
+    shown = _cli(capsys, "thresholds", "show", *base)
+    assert shown["overrides"] == {} and shown["effective"]["warning"]["source"] == "artifact"
+    assert len(shown["audit"]) == 4
+
+
+def test_cli_rejects_bad_input_with_one_line(tmp_path, capsys, redis_url, unique, tiny_model_dir):
+    cfg = _config(tmp_path, redis_url, f"kdsm-test-{unique}:")
+    base = ["--model", str(tiny_model_dir), "--config", cfg]
+    assert kdsm(["thresholds", "set", *base, "--severity", "nope", "--score", "1"]) == 2
+    assert kdsm(["thresholds", "set", *base, "--severity", "warning", "--quantile", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown severity 'nope'" in err and "--quantile must be in (0, 1)" in err
+    dead = _config(tmp_path, f"redis://127.0.0.1:{local_services.free_port()}/0", "x:")
+    assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", dead]) == 2
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_live_thresholds_follow_a_change_within_2_seconds(redis_url, unique, model):
+    prefix = f"kdsm-test-{unique}:"
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=1.0).start()
+    try:
+        assert live.get(model) == model.thresholds_
+        store = ThresholdStore(connect(redis_url), prefix)
+        for score in (0.25, 0.5):
+            t0 = time.monotonic()
+            store.set(model.version_, "warning", score, None, "test", model.thresholds_["warning"])
+            assert wait_for(lambda: live.get(model)["warning"] == score, timeout=2.0, every=0.01)
+            assert time.monotonic() - t0 < 2.0
+        assert live.redis_up
+    finally:
+        live.stop()
+
+
+def test_threshold_change_through_cli_changes_alerting_within_2s(tmp_path, capsys, kafka_bootstrap, redis_url, unique, tiny_model_dir, model):
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir))
+    create_topics(s)
+    cfg = _config(tmp_path, redis_url, s.redis.key_prefix)
+    X = make_blobs(n=1400, seed=0)[0][1200:]
+    scores = model.decision_function(X)
+    names = model.feature_names_
+    st = StreamerThread(s, sinks=[sink := Collect()]).start()
+    try:
+        produce(s, [event(f"a{i}", x, names) for i, x in enumerate(X)])
+        assert wait_for(lambda: len(sink.ids()) >= len(X))
+        before = sum(scores >= model.thresholds_["warning"])
+        # Lower the warning threshold to the median normal score: about half the rows now alert.
+        med = float(np.median(scores))
+        _cli(capsys, "thresholds", "set", "--model", str(tiny_model_dir), "--config", cfg, "--severity", "warning", "--score", str(med))
+        t0 = time.monotonic()
+        assert wait_for(lambda: st.app.thresholds.get(model)["warning"] == med, timeout=2.0, every=0.01)
+        assert time.monotonic() - t0 < 2.0
+        produce(s, [event(f"b{i}", x, names) for i, x in enumerate(X)])
+        assert wait_for(lambda: len(sink.ids()) >= 2 * len(X))
+    finally:
+        st.stop()
+    alerts = [json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.alerts_topic, before + int(sum(scores >= med)), timeout=10)]
+    a_alerts = {a["event_id"] for a in alerts if a["event_id"].startswith("a")}
+    b_alerts = {a["event_id"] for a in alerts if a["event_id"].startswith("b")}
+    assert len(a_alerts) == before
+    assert b_alerts == {f"b{i}" for i in np.flatnonzero(scores >= med)}
+    assert all(a["threshold"] == med for a in alerts if a["event_id"].startswith("b") and a["severity"] == "warning")
+
+
+def test_redis_stopped_mid_stream_scoring_goes_on(tmp_path, kafka_bootstrap, unique, tiny_model_dir, model):
+    svc = local_services.Service("redis", local_services.free_port(), tmp_path / "redis").start()
+    try:
+        s = make_settings(kafka_bootstrap, svc.url, unique, model=str(tiny_model_dir))
+        s.redis.refresh_s = 0.3
+        create_topics(s)
+        # An override every event crosses, so we can see that the cached value stays in force.
+        ThresholdStore(connect(svc.url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
+        names = model.feature_names_
+        X = make_blobs(n=1300, seed=0)[0][1200:]
+        st = StreamerThread(s, sinks=[sink := Collect()]).start()
+        try:
+            produce(s, [event(f"a{i}", x, names) for i, x in enumerate(X)])
+            assert wait_for(lambda: len(sink.ids()) >= len(X))
+            assert st.app.thresholds.redis_up
+            svc.stop()
+            assert wait_for(lambda: not st.app.thresholds.redis_up, timeout=5)
+            produce(s, [event(f"b{i}", x, names) for i, x in enumerate(X)])
+            assert wait_for(lambda: len(sink.ids()) >= 2 * len(X))
+            metrics = st.app.metrics.render().decode()
+        finally:
+            st.stop()
+        assert "kdsm_redis_up 0.0" in metrics
+        alerts = [json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.alerts_topic, 2 * len(X), timeout=10)]
+        assert {a["event_id"] for a in alerts} == {f"{p}{i}" for p in "ab" for i in range(len(X))}
+    finally:
+        svc.stop()
