@@ -1,0 +1,120 @@
+"""Drift sink: detectors, alert rate, hysteresis, cooldown, publication to Redis and Kafka."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from prometheus_client import REGISTRY
+
+from offline_train.detector import KDSM
+from streamer.archive import example_batch
+from streamer.drift import DriftSink, model_alert_rate
+from streamer.ops_config import DriftConfig
+from streamer.registry import Keys
+
+RNG_BASE = np.random.default_rng(123).gamma(2.0, 1.0, 200_000)
+THRESHOLD = float(np.quantile(RNG_BASE, 0.99))  # calibrated alert rate 1 %
+
+
+def feed(sink, scores, batch=200, version="v1"):
+    events = []
+    for i in range(0, len(scores), batch):
+        s = scores[i:i + batch]
+        b = example_batch(len(s), version=version)
+        b.scores, b.severities, b.thresholds = s, np.where(s >= THRESHOLD, "warning", ""), {"warning": THRESHOLD}
+        e = sink.on_committed(b)
+        if e is not None:
+            events.append((i, e))
+    return events
+
+
+def cfg(**kw):
+    return DriftConfig(**{"calibrated_alert_rate": 0.01, **kw})
+
+
+@pytest.mark.parametrize("detector", ["adwin", "kswin", "page_hinkley"])
+def test_stationary_stream_gives_no_drift(detector):
+    scores = np.random.default_rng(7).gamma(2.0, 1.0, 6000 if detector == "kswin" else 20000)
+    assert feed(DriftSink(cfg(detector=detector, cooldown_s=0)), scores) == []
+
+
+def test_step_shift_gives_one_event_then_cooldown():
+    rng = np.random.default_rng(1)
+    scores = np.concatenate([rng.gamma(2, 1, 5000), rng.gamma(2, 1, 10000) * 1.5])
+    events = feed(DriftSink(cfg()), scores)
+    assert len(events) == 1  # cooldown: one shift, one event
+    at, e = events[0]
+    assert 5000 < at < 5000 + 2500
+    st = e["statistics"]
+    assert e["detector"] == "adwin" and e["model_version"] == "v1"
+    assert st["alert_rate"] > 2 * st["calibrated_alert_rate"] and st["alert_rate_z"] > 4
+
+
+def test_short_burst_is_not_drift():
+    rng = np.random.default_rng(2)
+    scores = np.concatenate([rng.gamma(2, 1, 5000), rng.gamma(2, 1, 200) * 3, rng.gamma(2, 1, 5000)])
+    assert feed(DriftSink(cfg(cooldown_s=0)), scores) == []
+
+
+@pytest.mark.parametrize("detector", ["adwin", "page_hinkley"])
+def test_subtle_shift_found_by_detector_alone(detector):
+    rng = np.random.default_rng(3)
+    scores = np.concatenate([rng.gamma(2, 1, 5000), rng.gamma(2, 1, 5000) * 1.25])
+    events = feed(DriftSink(cfg(detector=detector, alert_rate_z=1e9)), scores)
+    assert len(events) == 1
+    st = events[0][1]["statistics"]
+    assert st["signal"] == "detector" and st["after_mean"] > st["before_mean"] and st["persist_z"] > 4
+
+
+def test_model_swap_resets_the_watch():
+    rng = np.random.default_rng(4)
+    sink = DriftSink(cfg())
+    assert feed(sink, rng.gamma(2, 1, 3000)) == []
+    # The same shifted scores under a new version: counted from zero, so still in warm-up and no event.
+    assert feed(sink, rng.gamma(2, 1, 400) * 1.5, version="v2") == []
+    assert sink.version == "v2" and sink.n == 400
+
+
+def test_calibrated_rate_from_the_model(tiny_model_dir):
+    det = KDSM.load(tiny_model_dir, device="cpu")
+    assert model_alert_rate(det, None) == pytest.approx(1 - det.calibration_.quantiles["warning"], abs=0.01)
+    # An ops override to a lower threshold raises the expected rate.
+    assert model_alert_rate(det, {"warning": det.thresholds_["warning"] * 0.5}) > model_alert_rate(det, None)
+
+
+@pytest.mark.integration
+def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_bootstrap, unique):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.structs import TopicPartition
+
+    topic = f"drift-{unique}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    keys = Keys(f"t{unique}:")
+    before = REGISTRY.get_sample_value("kdsm_drift_events_total", {"detector": "adwin", "signal": "alert_rate"}) or 0
+    rng = np.random.default_rng(5)
+    shifted = np.concatenate([rng.gamma(2, 1, 4000), rng.gamma(2, 1, 4000) * 1.6])
+    # Two streamers see the same shift: one event, one retrain request for the fleet.
+    sinks = [DriftSink(cfg(kafka_topic=topic), redis=redis_client, keys=keys, producer=producer, instance=f"s{i}")
+             for i in range(2)]
+    published = [feed(s, shifted) for s in sinks]
+    assert sorted(len(p) for p in published) == [0, 1]
+    drift = redis_client.xrange(keys.drift)
+    requests = redis_client.xrange(keys.requests)
+    assert len(drift) == 1 and len(requests) == 1
+    event = json.loads(drift[0][1]["event"])
+    assert event["model_version"] == "v1" and requests[0][1]["reason"] == "drift"
+    assert requests[0][1]["drift_id"] == event["id"]
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, 0)])  # no group: no join wait
+    got = [json.loads(m.value) for m in consumer]
+    consumer.close()
+    producer.close()
+    assert [g["id"] for g in got] == [event["id"]]
+    after = REGISTRY.get_sample_value("kdsm_drift_events_total", {"detector": "adwin", "signal": "alert_rate"})
+    assert after == before + 1
