@@ -21,6 +21,7 @@ from .thresholds import ThresholdError
 COMMAND_MODULES = [
     "offline_train.cli",
     "streamer.commands",
+    "streamer.config_commands",
 ]
 # Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
 BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli"]

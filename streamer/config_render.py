@@ -1,0 +1,227 @@
+"""Settings as commented YAML and as a reference table; secrets masked.
+
+One walk over the settings classes serves ``configs/default.yaml`` (generated,
+so it cannot drift from the code), ``kdsm config show`` and the configuration
+reference in docs/operations.md. Comments come from each field's
+``description``; the few offline fields without one get theirs from
+``FALLBACK_HELP``.
+
+>>> from streamer.config import Settings
+>>> keys = {k.path: k for k in iter_keys(Settings)}
+>>> keys["kafka.sasl_password"].secret, keys["kafka.sasl_password"].env
+(True, 'KDSM_KAFKA__SASL_PASSWORD')
+>>> mask_url("redis://:hunter2@redis:6379/0")
+'redis://:***@redis:6379/0'
+>>> "hunter2" in render_yaml(Settings(redis={"password": "hunter2"}))
+False
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+from pydantic import BaseModel, SecretStr
+from pydantic_core import PydanticUndefined
+
+MASK = "***"
+
+# Help for the fields whose pydantic definition carries no description (DESIGN section 3, river docs).
+FALLBACK_HELP: dict[str, str] = {
+    "data.id_column": "Parquet column holding the row id (kept out of the features)",
+    "data.timestamp_column": "Parquet column holding the event time (kept out of the features)",
+    "sigma.mode": "kurtosis = per-feature noise scale from the feature's kurtosis; global = one scale for all",
+    "sigma.base": "base noise scale sigma_0 in standardised units",
+    "sigma.c": "sigma_j = base * (1 + c * (kappa_j - 3)), then clipped (see clip)",
+    "sigma.bins": "equal-width histogram bins of the (rearranged) kurtosis estimate",
+    "model.width": "hidden width of the ResNet-MLP score network (paper: 512)",
+    "model.depth": "residual blocks of the score network (paper: 6)",
+    "model.dropout_hidden": "dropout after the ReLU inside each residual block",
+    "model.dropout_residual": "dropout after the second Linear of each block, before the skip add",
+    "ema.enabled": "EMA-teacher filtering of likely anomalies from training batches (K-DSM-EMA)",
+    "ema.decay": "decay of the EMA teacher's weights",
+    "ema.percentile": "rows of each batch the teacher scores above this percentile are left out of the step",
+    "train.profile": "fast = fixed step budget for CPUs; paper = 500 epochs as published",
+    "train.epochs": "epochs over the training rows; null = from the profile",
+    "train.steps": "optimiser steps; null = from the profile (set it to override epochs)",
+    "train.batch_size": "rows per optimiser step",
+    "train.noise_copies": "noisy copies of each row per step",
+    "train.lr": "Adam learning rate",
+    "train.weight_decay": "Adam weight decay (L2)",
+    "train.seed": "seed of sampling, noise and initialisation",
+    "calibration.severities": "severity name -> quantile of the calibration scores that is its threshold",
+    "drift.adwin.clock": "ADWIN checks for a change every this many updates",
+    "drift.adwin.grace_period": "ADWIN updates before the first check",
+    "drift.adwin.min_window_length": "smallest ADWIN sub-window compared",
+    "drift.kswin.alpha": "KSWIN significance level of the KS test",
+    "drift.kswin.window_size": "KSWIN sliding window length",
+    "drift.kswin.stat_size": "KSWIN size of the recent sample compared with the window",
+    "drift.kswin.seed": "KSWIN sampling seed",
+    "drift.page_hinkley.min_instances": "Page-Hinkley updates before the first check",
+    "drift.page_hinkley.delta": "Page-Hinkley tolerated change magnitude",
+    "drift.page_hinkley.threshold": "Page-Hinkley detection threshold (lambda)",
+    "drift.page_hinkley.alpha": "Page-Hinkley forgetting factor",
+    "drift.page_hinkley.mode": "Page-Hinkley direction of change watched: up, down or both",
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One leaf setting: dotted path, env var name, default, help text, whether it is a secret."""
+
+    path: str
+    env: str
+    default: Any
+    help: str
+    secret: bool
+    type: str
+
+
+def _is_section(annotation) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _is_secret(annotation) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(a is SecretStr for a in typing.get_args(annotation))
+
+
+def _type_name(annotation) -> str:
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "null"
+    if typing.get_origin(annotation) is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    return getattr(annotation, "__name__", str(annotation)).replace("SecretStr", "secret")
+
+
+def _default(field) -> Any:
+    if field.default is not PydanticUndefined:
+        return field.default
+    return field.default_factory() if field.default_factory is not None else None
+
+
+def iter_keys(cls: type[BaseModel], prefix: str = "") -> Iterator[Key]:
+    """Every leaf key of a settings class, in declaration order (nested sections flattened)."""
+    for name, field in cls.model_fields.items():
+        path = f"{prefix}{name}"
+        if _is_section(field.annotation):
+            yield from iter_keys(field.annotation, path + ".")
+            continue
+        yield Key(path=path, env="KDSM_" + path.replace(".", "__").upper(), default=_default(field),
+                  help=field.description or FALLBACK_HELP.get(path, ""), secret=_is_secret(field.annotation),
+                  type=_type_name(field.annotation))
+
+
+def mask_url(value: str) -> str:
+    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
+    try:
+        parts = urlsplit(value)
+        if not parts.scheme or parts.password is None:
+            return value
+    except ValueError:
+        return value
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _plain(value: Any, secret: bool, mask: bool) -> Any:
+    if isinstance(value, SecretStr):
+        return MASK if mask else value.get_secret_value()
+    if secret and value is not None and mask:
+        return MASK
+    if isinstance(value, str) and mask:
+        return mask_url(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _scalar(value: Any) -> str:
+    # flow style keeps lists and dicts on the key's line, like a hand-written config
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("\n...").strip()
+
+
+def render_yaml(settings: BaseModel, *, mask: bool = True, comments: bool = True) -> str:
+    """``settings`` as YAML (one section per top-level field), each key preceded by its help as a comment.
+
+    The output loads back (``yaml.safe_load``) to the same values, secrets aside when masked.
+    """
+    lines: list[str] = []
+    _render(settings, type(settings), "", 0, lines, mask, comments)
+    return "\n".join(lines) + "\n"
+
+
+def _render(obj: BaseModel, cls, prefix: str, depth: int, lines: list[str], mask: bool, comments: bool) -> None:
+    pad = "  " * depth
+    for name, field in cls.model_fields.items():
+        path = f"{prefix}{name}"
+        value = getattr(obj, name)
+        if _is_section(field.annotation):
+            if comments:
+                doc = (field.annotation.__doc__ or "").strip().splitlines()
+                if depth == 0:
+                    lines.append("")
+                if doc:
+                    lines.append(f"{pad}# {doc[0]}")
+            lines.append(f"{pad}{name}:")
+            _render(value, field.annotation, path + ".", depth + 1, lines, mask, comments)
+            continue
+        help_ = field.description or FALLBACK_HELP.get(path, "")
+        if comments and help_:
+            lines.append(f"{pad}# {help_}")
+        lines.append(f"{pad}{name}: {_scalar(_plain(value, _is_secret(field.annotation), mask))}")
+
+
+def reference_table(cls: type[BaseModel]) -> str:
+    """Markdown table of every key: YAML path, env var, type, default, description."""
+    rows = ["| key | env var | type | default | description |", "|---|---|---|---|---|"]
+    for k in iter_keys(cls):
+        default = _scalar(_plain(k.default, k.secret, mask=True))
+        desc = k.help.replace("|", "\\|")
+        typ = k.type.replace("|", "\\|")
+        rows.append(f"| `{k.path}` | `{k.env}` | {typ} | `{default}` | {desc} |")
+    return "\n".join(rows) + "\n"
+
+
+DEFAULT_HEADER = """\
+# kdsm-stream: every setting with its default (GENERATED, do not edit by hand).
+# Regenerate: python -m streamer.config_render default > configs/default.yaml
+#
+# Precedence, lowest first: these defaults < a YAML file (--config FILE)
+#   < environment KDSM_<SECTION>__<KEY> (e.g. KDSM_KAFKA__BOOTSTRAP=kafka:9092)
+#   < command-line flags. Unknown keys are errors (`kdsm config check FILE`).
+# Secrets (kafka.sasl_password, redis.password) belong in the environment, not here.
+# A config file only needs the keys it changes; see configs/demo.yaml.
+"""
+
+
+def default_yaml(settings_cls) -> str:
+    """The text of ``configs/default.yaml``: header + every key at its default, commented."""
+    return DEFAULT_HEADER + render_yaml(settings_cls.model_construct(), mask=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from .config import Settings
+
+    p = argparse.ArgumentParser(prog="python -m streamer.config_render",
+                                description="print configs/default.yaml or the Markdown configuration reference")
+    p.add_argument("what", choices=["default", "reference"])
+    a = p.parse_args(argv)
+    print(default_yaml(Settings) if a.what == "default" else reference_table(Settings), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

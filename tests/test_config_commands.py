@@ -1,0 +1,101 @@
+"""`kdsm config show` / `kdsm config check`: effective values, secrets masked, readable errors, exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offline_train.config import load_settings
+from streamer.cli import main
+from streamer.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRETS = ("pw-kafka-8d1e", "pw-redis-77aa", "pw-url-5c3f")
+
+
+@pytest.fixture(autouse=True)
+def _no_kdsm_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("KDSM_") and "__" in name:
+            monkeypatch.delenv(name)
+
+
+def test_show_prints_effective_values_with_secrets_masked(monkeypatch, capsys):
+    monkeypatch.setenv("KDSM_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KDSM_KAFKA__SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("KDSM_KAFKA__SASL_USERNAME", "kdsm")
+    monkeypatch.setenv("KDSM_KAFKA__SASL_PASSWORD", SECRETS[0])
+    monkeypatch.setenv("KDSM_REDIS__PASSWORD", SECRETS[1])
+    monkeypatch.setenv("KDSM_DRIFT__ADWIN__DELTA", "0.01")
+    monkeypatch.setenv("KDSM_ARCHIVE__DIR", f"s3://user:{SECRETS[2]}@bucket/archive")
+    assert main(["config", "show", "--config", str(ROOT / "configs" / "demo.yaml")]) == 0
+    out = capsys.readouterr().out
+    for secret in SECRETS:
+        assert secret not in out
+    shown = yaml.safe_load(out)
+    assert shown["kafka"]["sasl_password"] == "***" and shown["redis"]["password"] == "***"
+    assert shown["archive"]["dir"] == "s3://user:***@bucket/archive"
+    # everything else is the effective value: file < env
+    s = load_settings(Settings, ROOT / "configs" / "demo.yaml")
+    expected = s.model_dump(mode="json")
+    for sec, key in (("kafka", "sasl_password"), ("redis", "password"), ("archive", "dir")):
+        expected[sec].pop(key), shown[sec].pop(key)
+    assert shown == expected
+    assert shown["kafka"]["security_protocol"] == "SASL_SSL" and shown["drift"]["adwin"]["delta"] == 0.01
+    assert shown["model"]["width"] == 64  # from demo.yaml
+
+
+def test_show_section_and_comments(capsys):
+    assert main(["config", "show", "--section", "metrics", "--comments"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == {"metrics": Settings().metrics.model_dump()}
+    assert main(["config", "show", "--comments"]) == 0
+    out = capsys.readouterr().out
+    assert "# metrics port: /metrics and /healthz; 0 = any free port" in out
+
+
+def test_show_rejects_an_unknown_section(capsys):
+    assert main(["config", "show", "--section", "kafak"]) == 2
+    assert "unknown section 'kafak'" in capsys.readouterr().err
+
+
+def test_check_ok_and_errors(tmp_path, capsys):
+    assert main(["config", "check", str(ROOT / "configs" / "paper.yaml")]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kafka:\n  bootstrapp: x\nmodel:\n  width: -1\nstream:\n  max_batch: many\n")
+    assert main(["config", "check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "kafka.bootstrapp: unknown key" in err
+    assert "model.width: Input should be greater than 0" in err
+    assert "stream.max_batch" in err and "Traceback" not in err
+
+
+def test_check_unreadable_files(tmp_path, capsys):
+    assert main(["config", "check", str(tmp_path / "nope.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kafka: [unclosed\n")
+    assert main(["config", "check", str(broken)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_check_warns_about_a_secret_in_the_file(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(f"redis:\n  password: {SECRETS[1]}\n")
+    assert main(["config", "check", str(f)]) == 0
+    captured = capsys.readouterr()
+    assert "prefer env KDSM_REDIS__PASSWORD" in captured.err
+    assert SECRETS[1] not in captured.out + captured.err
+
+
+def test_console_command_exit_status(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sigma:\n  bsae: 1\n")
+    r = subprocess.run([sys.executable, "-m", "streamer.cli", "config", "check", str(bad)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "sigma.bsae: unknown key" in r.stderr
