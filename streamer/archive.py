@@ -61,7 +61,7 @@ from prometheus_client import Counter
 
 from .ops_config import ArchiveConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kdsm.archive")
 
 ROWS = Counter("kdsm_archive_rows", "Rows appended to the archive spool")
 FILES = Counter("kdsm_archive_files", "Parquet files closed into the archive", ["how"])

@@ -15,6 +15,7 @@ from offline_train.config import ConfigError
 from offline_train.data import DataError
 
 from .config import Settings
+from .registry import RegistryError
 from .thresholds import ThresholdError
 
 # Modules exposing ``register(subparsers, settings_cls)``, in help order.
@@ -22,11 +23,12 @@ COMMAND_MODULES = [
     "offline_train.cli",
     "streamer.commands",
     "streamer.config_commands",
+    "streamer.ops_commands",
 ]
 # Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
-BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli"]
+BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli", "streamer.bench"]
 
-USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError)
+USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,7 +52,7 @@ from river import drift as river_drift
 from .ops_config import DriftConfig
 from .registry import Keys
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kdsm.drift")
 
 DRIFT_EVENTS = Counter("kdsm_drift_events", "Drift events published", ["detector", "signal"])
 DRIFT_SUPPRESSED = Counter("kdsm_drift_suppressed", "Drift confirmations not published (cooldown)", ["scope"])

@@ -43,7 +43,7 @@ from prometheus_client import Counter
 from offline_train.artifact import ArtifactError
 from offline_train.detector import KDSM
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kdsm.registry")
 
 MODEL_SWAPS = Counter("kdsm_registry_swaps", "Models swapped in by the registry provider", ["reason"])
 MODEL_REFUSED = Counter("kdsm_registry_refused", "Registry versions a streamer refused to load (old model kept)")

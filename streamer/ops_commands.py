@@ -1,0 +1,111 @@
+"""Model-lifecycle subcommands of ``kdsm``: ``retrain`` and ``models``. Registered by ``streamer.cli``.
+
+Each prints JSON on stdout. ``kdsm retrain`` exits 0 when it promoted or
+registered a model, or when another retrain holds the lock; 1 when training
+could not run (no/too little/corrupt data, training error); 3 when the new
+model failed the validation gate. In every non-zero case the current model
+keeps serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from offline_train.config import load_settings
+
+
+def register(sub: argparse._SubParsersAction, settings_cls) -> None:
+    p = sub.add_parser("retrain", help="retrain on the event archive, validate, register and promote (fleet-wide lock)",
+                       description="Without flags: one run (the scheduled job). --request: ask for a run through Redis. "
+                                   "--watch: serve requests (drift events and --request) until stopped.")
+    p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--request", action="store_true", help="only write a retrain request to the Redis request stream")
+    g.add_argument("--watch", action="store_true", help="consume retrain requests and run one retrain per burst")
+    p.add_argument("--reason", default=None, help="why (recorded with the run or the request)")
+    p.add_argument("--max-runs", type=int, help="--watch: stop after this many runs")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=lambda a: _retrain(a, settings_cls))
+
+    p = sub.add_parser("models", help="the model registry: list, show, add, promote, rollback",
+                       description="Versions live in the artifact store (registry.store_dir) and Redis; streamers with "
+                                   "registry.enabled follow the current pointer and hot-swap between batches.")
+    msub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_ in (("list", "registered versions, newest first"), ("show", "one version's metadata"),
+                        ("add", "register an artifact directory (e.g. from `kdsm train`)"),
+                        ("promote", "make a version current (the old current becomes previous)"),
+                        ("rollback", "make the previous version current again")):
+        q = msub.add_parser(name, help=help_)
+        q.add_argument("--config", help="YAML config file")
+        if name in ("show", "promote"):
+            q.add_argument("version", help="model version (see `kdsm models list`)")
+        if name == "add":
+            q.add_argument("--model", required=True, help="artifact directory")
+            q.add_argument("--promote", action="store_true", help="also make it current")
+        if name == "promote":
+            q.add_argument("--force", action="store_true", help="promote even a version that failed the gate")
+        if name in ("promote", "rollback"):
+            q.add_argument("--reason", default="manual", help="recorded in the registry log")
+        q.set_defaults(func=lambda a: _models(a, settings_cls))
+
+
+def _registry(s):
+    from .registry import ModelRegistry
+
+    return ModelRegistry.from_settings(s)
+
+
+def _print(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    print()
+
+
+def _retrain(a, settings_cls) -> int:
+    from .logs import setup_logging
+    from .registry import redis_client
+    from .retrain import request_retrain, run_retrain, watch
+
+    setup_logging(a.log_level)
+    s = load_settings(settings_cls, a.config)
+    reg = _registry(s)
+    if a.request:
+        _print({"requested": request_retrain(reg, a.reason or "manual"), "stream": reg.keys.requests})
+        return 0
+    if a.watch:
+        results = watch(s, reg, redis_client(s.redis, blocking=True), max_runs=a.max_runs)
+        _print([r.to_dict() for r in results])
+        return 0
+    res = run_retrain(s, reg, reason=a.reason or "schedule")
+    _print(res.to_dict())
+    return res.exit_code
+
+
+def _models(a, settings_cls) -> int:
+    s = load_settings(settings_cls, a.config)
+    reg = _registry(s)
+    if a.action == "list":
+        _print([{k: m.get(k) for k in ("version", "created", "status", "current", "previous", "trigger")}
+                | {"gate": (m.get("gate") or {}).get("passed"), "rows": (m.get("data_window") or {}).get("rows")}
+                for m in reg.list()])
+    elif a.action == "show":
+        meta = reg.get(a.version)
+        if meta is None:
+            from .registry import RegistryError
+
+            raise RegistryError(f"unknown model version {a.version!r}")
+        _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.local_path(a.version))})
+    elif a.action == "add":
+        v = reg.add(a.model, meta={"trigger": "manual add"})
+        out = {"added": v}
+        if a.promote:
+            out["previous"], out["current"] = reg.promote(v, reason="manual add")
+        _print(out)
+    elif a.action == "promote":
+        old, new = reg.promote(a.version, reason=a.reason, force=a.force)
+        _print({"previous": old, "current": new})
+    else:
+        old, new = reg.rollback(reason=a.reason)
+        _print({"rolled_back": old, "current": new})
+    return 0

@@ -1,0 +1,344 @@
+"""The retrain job: fleet-wide lock -> archive window -> K-DSM-EMA -> validation gate -> register (-> promote).
+
+``run_retrain`` is one run; ``kdsm retrain`` calls it (from cron / a
+Kubernetes CronJob), ``kdsm retrain --request`` asks for one through the
+Redis stream ``<prefix>retrain:requests`` (drift events write there too), and
+``kdsm retrain --watch`` consumes that stream with a consumer group and runs
+one retrain per burst of requests.
+
+- **Lock**: redis-py's ``Lock`` (``SET NX PX`` with a random token; release
+  and extension are Lua scripts that check the token, so a holder never frees
+  a lock it lost). A thread renews it every third of ``retrain.lock_ttl_s``; a
+  crashed holder's lock expires. A second job finds the lock taken and exits
+  with status ``locked`` (exit code 0).
+- **Data**: closed archive files within ``retrain.window_hours``, newest
+  first, until ``retrain.max_rows`` rows (file granularity); unreadable files
+  are skipped and named in the run record. Fewer than ``retrain.min_rows``
+  usable rows: no training.
+- **Training**: ``KDSM.from_settings(settings).fit_source(ParquetSource)`` on
+  the current model's features: the same code as ``kdsm train``, with the
+  EMA teacher from the config (K-DSM-EMA: the archive is contaminated).
+- **Gate** (``validate``): the registered artifact loads and scores the most
+  recent ``gate_window_rows`` archived rows to finite values; its alert rate
+  there at its own lowest threshold, divided by its calibrated rate, lies in
+  [``gate_min_alert_ratio``, ``gate_max_alert_ratio``]; with
+  ``gate_labelled_data``, its AUC-PR is not worse than the current model's
+  by more than ``gate_max_auc_pr_drop``.
+- Any failure leaves the pointers alone: the current model keeps serving.
+  Every run is recorded in ``<prefix>retrain:runs`` and counted in
+  ``kdsm_retrain_runs_total{outcome}``.
+
+>>> RetrainResult("locked").exit_code, RetrainResult("failed", reason="x").exit_code
+(0, 1)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from prometheus_client import Counter
+from redis.exceptions import LockError, ResponseError
+
+from offline_train.artifact import ArtifactError
+from offline_train.data import DataError, ParquetSource
+from offline_train.detector import KDSM
+from offline_train.job import label_metrics
+
+from .archive import closed_files
+from .registry import ModelRegistry, RegistryError
+
+log = logging.getLogger("kdsm.retrain")
+
+RETRAIN_RUNS = Counter("kdsm_retrain_runs", "Retrain runs by outcome", ["outcome"])
+EXIT_CODES = {"promoted": 0, "registered": 0, "locked": 0, "rejected": 3, "failed": 1}
+WATCH_GROUP = "kdsm-retrain"
+
+
+@dataclass
+class RetrainResult:
+    status: str  # promoted | registered | rejected | failed | locked
+    version: str | None = None
+    reason: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class RetrainLock:
+    """The fleet-wide retrain lock, renewed in the background while held."""
+
+    def __init__(self, client, key: str, ttl_s: float):
+        self.ttl_s = ttl_s
+        self.lock = client.lock(key, timeout=ttl_s, blocking=False, thread_local=False)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> bool:
+        if not self.lock.acquire(blocking=False):
+            return False
+        self._thread = threading.Thread(target=self._renew, name="kdsm-retrain-lock", daemon=True)
+        self._thread.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.lock.extend(self.ttl_s, replace_ttl=True)
+            except LockError as e:  # expired and maybe taken: say so; the run's result is still checked on promote
+                log.error("retrain lock lost: %s", e)
+                self.lost.set()
+                return
+            except Exception as e:  # Redis blip: retry on the next tick while the TTL lasts
+                log.warning("retrain lock renewal failed: %s", e)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.lock.release()
+        except LockError:
+            log.warning("retrain lock had already expired at release")
+
+
+# ---------------------------------------------------------------------- data
+def _rows(path: Path) -> int | None:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # noqa: BLE001 - any unreadable file is skipped, never fatal
+        return None
+
+
+def select_window(root, window_hours: float | None, max_rows: int, now: float | None = None) -> dict:
+    """Newest readable closed files within the window until ``max_rows`` rows; returned oldest first."""
+    now = time.time() if now is None else now
+    files = closed_files(root) if Path(root).is_dir() else []
+    if window_hours is not None:
+        files = [f for f in files if now - f.stat().st_mtime <= window_hours * 3600]
+    chosen, skipped, rows = [], [], 0
+    for f in reversed(files):
+        n = _rows(f)
+        if n is None:
+            skipped.append(str(f))
+            continue
+        if n == 0:
+            continue
+        chosen.append(f)
+        rows += n
+        if rows >= max_rows:
+            break
+    chosen.reverse()
+    mt = [f.stat().st_mtime for f in chosen]
+    return {"files": chosen, "rows": rows, "unreadable": skipped,
+            "from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(min(mt))) if mt else None,
+            "to": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(max(mt))) if mt else None}
+
+
+def _source(files, features, label_column=None) -> ParquetSource:
+    return ParquetSource([str(f) for f in files], features=features, id_column="id", timestamp_column="ts",
+                         label_column=label_column)
+
+
+def recent_rows(files: list[Path], features: list[str], n: int) -> np.ndarray:
+    """The ``n`` most recently archived usable rows (from the newest files)."""
+    picked, rows = [], 0
+    for f in reversed(files):
+        picked.append(f)
+        rows += _rows(f) or 0
+        if rows >= n:
+            break
+    X, _ = _source(list(reversed(picked)), features).load()
+    return X[-n:]
+
+
+# ---------------------------------------------------------------------- gate
+def validate(settings, new_path, current: KDSM | None, files: list[Path]) -> dict:
+    """The validation gate. Returns {"passed", "reason", "checks"}; never raises for a bad model."""
+    rc = settings.retrain
+    checks: dict = {}
+
+    def fail(reason: str) -> dict:
+        return {"passed": False, "reason": reason, "checks": checks}
+
+    try:
+        new = KDSM.load(new_path, device=settings.registry.device)
+        checks["loads"] = True
+    except (ArtifactError, OSError) as e:
+        checks["loads"] = False
+        return fail(f"artifact does not load: {e}")
+    try:
+        X = recent_rows(files, new.feature_names_, rc.gate_window_rows)
+        scores = new.decision_function(X)
+    except (DataError, ValueError) as e:
+        return fail(f"cannot score the recent window: {e}")
+    checks["scored_rows"] = int(len(X))
+    if not np.isfinite(scores).all():
+        return fail("non-finite scores on the recent window")
+    expected = 1.0 - min(new.calibration_.quantiles.values())
+    rate = float(np.mean(scores >= new.threshold_))
+    ratio = rate / expected
+    checks["alert_rate"] = {"rate": rate, "calibrated": expected, "ratio": ratio,
+                            "bounds": [rc.gate_min_alert_ratio, rc.gate_max_alert_ratio]}
+    if not rc.gate_min_alert_ratio <= ratio <= rc.gate_max_alert_ratio:
+        return fail(f"alert rate {rate:.4f} on the recent {len(X)} rows is {ratio:.2f}x the calibrated {expected:.4f}, "
+                    f"outside [{rc.gate_min_alert_ratio}, {rc.gate_max_alert_ratio}]")
+    if rc.gate_labelled_data:
+        try:
+            Xl, yl = ParquetSource(rc.gate_labelled_data, features=new.feature_names_,
+                                   label_column=settings.data.label_column or "label").load()
+        except DataError as e:
+            return fail(f"labelled data unusable: {e}")
+        m_new = label_metrics(yl, new.decision_function(Xl)) if yl is not None else None
+        m_cur = label_metrics(yl, current.decision_function(Xl)) if (current is not None and m_new) else None
+        checks["labels"] = {"new": m_new, "current": m_cur}
+        if m_new and m_cur and m_new["auc_pr"] < m_cur["auc_pr"] - rc.gate_max_auc_pr_drop:
+            return fail(f"AUC-PR on labelled rows {m_new['auc_pr']:.3f} is worse than the current model's "
+                        f"{m_cur['auc_pr']:.3f} by more than {rc.gate_max_auc_pr_drop}")
+    return {"passed": True, "reason": None, "checks": checks}
+
+
+# ---------------------------------------------------------------------- the job
+def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None) -> RetrainResult:
+    """One retrain under the fleet lock; the outcome is logged, counted and recorded in Redis."""
+    lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
+    started = time.time()
+    if not lock.acquire():
+        holder = "another retrain"
+        res = RetrainResult("locked", reason=f"{holder} holds {registry.keys.lock}; nothing to do")
+        log.info(res.reason)
+    else:
+        try:
+            res = _run_locked(settings, registry, reason, now, lock)
+        except Exception as e:  # noqa: BLE001 - record any unexpected failure; the pointers are untouched
+            log.exception("retrain failed unexpectedly")
+            res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
+        finally:
+            lock.release()
+    RETRAIN_RUNS.labels(res.status).inc()
+    record = {"status": res.status, "version": res.version or "", "reason": res.reason or "", "trigger": reason,
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+              "seconds": f"{time.time() - started:.2f}", "host": socket.gethostname(),
+              "details": json.dumps(res.details, default=str)}
+    try:
+        registry.r.xadd(registry.keys.runs, record, maxlen=1000, approximate=True)
+    except Exception as e:  # noqa: BLE001 - the log line still has it
+        log.warning("cannot record the retrain run in Redis: %s", e)
+    (log.info if res.status in ("promoted", "registered", "locked") else log.error)(
+        "retrain %s%s: %s", res.status, f" {res.version}" if res.version else "", res.reason or "")
+    return res
+
+
+def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: RetrainLock) -> RetrainResult:
+    rc = settings.retrain
+    cur_version = registry.current_version()
+    current = None
+    if cur_version:
+        try:
+            current = KDSM.load(registry.store.local_path(cur_version), device=settings.registry.device)
+        except (ArtifactError, RegistryError, OSError) as e:
+            log.warning("current model %s does not load (%s); training without it", cur_version, e)
+    features = current.feature_names_ if current is not None else settings.data.features
+    if not features:
+        return RetrainResult("failed", reason="no feature list: the registry has no current model and data.features is not set")
+    if not settings.archive.dir:
+        return RetrainResult("failed", reason="archive.dir is not set: nothing to train on")
+    window = select_window(settings.archive.dir, rc.window_hours, rc.max_rows, now)
+    details = {"current": cur_version, "trigger": trigger,
+               "window": {k: (v if k != "files" else len(v)) for k, v in window.items()}}
+    if not window["files"]:
+        why = f"empty window: no readable archive files under {settings.archive.dir} within {rc.window_hours} h"
+        if window["unreadable"]:
+            why += f" ({len(window['unreadable'])} unreadable)"
+        return RetrainResult("failed", reason=why, details=details)
+    try:
+        source = _source(window["files"], features)
+        usable = sum(len(Xb) for Xb, _ in source.batches())
+    except DataError as e:
+        return RetrainResult("failed", reason=f"archive data unusable: {e}", details=details)
+    details["usable_rows"] = usable
+    if usable < rc.min_rows:
+        return RetrainResult("failed", reason=f"too little data: {usable} usable rows < retrain.min_rows={rc.min_rows}",
+                             details=details)
+    if not settings.ema.enabled:
+        log.warning("ema.enabled is off: training plain K-DSM on contaminated archive data")
+    try:
+        det = KDSM.from_settings(settings).fit_source(_source(window["files"], features))
+    except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
+        return RetrainResult("failed", reason=f"training failed: {type(e).__name__}: {e}", details=details)
+    details["train"] = {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"}
+    tmp = Path(tempfile.mkdtemp(prefix="kdsm-retrain-"))
+    try:
+        data_window = {"from": window["from"], "to": window["to"], "rows": window["rows"], "usable_rows": usable,
+                       "files": [str(f) for f in window["files"]]}
+        det.save(tmp / "model", extra={"data_window": data_window, "trigger": trigger})
+        version = registry.add(tmp / "model", meta={"data_window": data_window, "trigger": trigger,
+                                                     "parent": cur_version, "status": "validating"})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    gate = validate(settings, registry.store.local_path(version), current, window["files"])
+    details["gate"] = gate
+    registry.update(version, gate=gate, status="validated" if gate["passed"] else "rejected")
+    if not gate["passed"]:
+        return RetrainResult("rejected", version, f"gate: {gate['reason']}", details)
+    if lock.lost.is_set():
+        return RetrainResult("registered", version, "lock lost during the run: registered, not promoted", details)
+    if not rc.auto_promote:
+        return RetrainResult("registered", version, "passed the gate; retrain.auto_promote is off", details)
+    registry.promote(version, reason=f"retrain ({trigger})")
+    return RetrainResult("promoted", version, f"passed the gate; {cur_version} -> {version}", details)
+
+
+# ---------------------------------------------------------------------- requests
+def request_retrain(registry: ModelRegistry, reason: str = "manual", by: str | None = None) -> str:
+    """Append a retrain request; returns its stream id."""
+    return registry.r.xadd(registry.keys.requests, {"reason": reason, "by": by or socket.gethostname(),
+                                                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                           maxlen=10000, approximate=True)
+
+
+def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
+          max_runs: int | None = None, consumer: str | None = None) -> list[RetrainResult]:
+    """Consume retrain requests (consumer group ``kdsm-retrain``): one run per burst of requests.
+
+    Requests older than the start of the last run are acknowledged without a
+    new run (that run already used the data they asked about).
+    """
+    stop = stop or threading.Event()
+    stream, consumer = registry.keys.requests, consumer or f"{socket.gethostname()}-{id(stop):x}"
+    try:
+        blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
+    except ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+    results: list[RetrainResult] = []
+    last_start_ms = 0
+    block_ms = int(settings.retrain.watch_block_s * 1000)
+    while not stop.is_set() and (max_runs is None or len(results) < max_runs):
+        got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
+        msgs = [m for _, batch in (got or []) for m in batch]
+        if not msgs:
+            continue
+        fresh = [(mid, f) for mid, f in msgs if int(mid.split("-")[0]) >= last_start_ms]
+        if fresh:
+            last_start_ms = int(time.time() * 1000)
+            reasons = sorted({f.get("reason", "request") for _, f in fresh})
+            log.info("retrain requested (%d request(s): %s)", len(fresh), ", ".join(reasons))
+            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons)))
+        blocking_client.xack(stream, WATCH_GROUP, *[mid for mid, _ in msgs])
+    return results

@@ -1,0 +1,211 @@
+"""Retrain job against a real Redis: lock, archive window, gate, register/promote, failures, requests, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import make_blobs
+
+from offline_train.config import load_settings
+from offline_train.detector import KDSM
+from streamer.archive import ArchiveSink, example_batch
+from streamer.cli import main as kdsm_main
+from streamer.config import Settings
+from streamer.ops_config import ArchiveConfig
+from streamer.registry import ModelRegistry
+from streamer.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
+
+pytestmark = pytest.mark.integration
+FEATURES = [f"f{j}" for j in range(6)]
+
+
+def overrides(tmp_path: Path, redis_url: str, unique: str, **retrain) -> dict:
+    return {"model": {"width": 32, "depth": 1}, "train": {"steps": 300, "seed": 0},
+            "redis": {"url": redis_url, "key_prefix": f"t{unique}:"},
+            "archive": {"dir": str(tmp_path / "archive"), "fsync": False},
+            "registry": {"store_dir": str(tmp_path / "store"), "device": "cpu"},
+            "retrain": {"window_hours": None, "min_rows": 400, "gate_window_rows": 500, "lock_ttl_s": 5, **retrain}}
+
+
+def write_archive(root: Path, X: np.ndarray, per_file: int = 500, version: str = "v0") -> None:
+    sink = ArchiveSink(ArchiveConfig(dir=str(root), fsync=False), background=False)
+    for i in range(0, len(X), per_file):
+        b = example_batch(len(X[i:i + per_file]), features=FEATURES, offset0=i, version=version)
+        b.X = X[i:i + per_file]
+        sink.on_committed(b)
+        sink.flush()
+    sink.close()
+
+
+@pytest.fixture
+def setup(tmp_path, redis_url, unique, tiny_model_dir):
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    return s, reg, v0
+
+
+def shifted(n: int, seed: int) -> np.ndarray:
+    X, _ = make_blobs(n=n, seed=0)  # same generator as the tiny model's data, then moved
+    X = X.copy()
+    X[:, :5] = X[:, :5] * 1.5 + 1.0
+    return X
+
+
+def test_lock_is_exclusive_renewed_and_safely_released(redis_client, unique):
+    key = f"t{unique}:lock"
+    a, b = RetrainLock(redis_client, key, ttl_s=1.2), RetrainLock(redis_client, key, ttl_s=1.2)
+    assert a.acquire()
+    assert not b.acquire()
+    time.sleep(2.0)  # beyond the TTL: renewal keeps it
+    assert not b.acquire() and not a.lost.is_set()
+    a.release()
+    assert b.acquire()
+    # A token that is not the holder's cannot release it.
+    b._stop.set()
+    b._thread.join()
+    redis_client.pexpire(key, 1)
+    time.sleep(0.05)
+    c = RetrainLock(redis_client, key, ttl_s=5)
+    assert c.acquire()
+    b.release()  # b's lock expired and c holds it now: b must not delete it
+    assert redis_client.get(key) is not None
+    c.release()
+    assert redis_client.get(key) is None
+
+
+def test_retrain_promotes_a_model_that_passes_the_gate(setup):
+    s, reg, v0 = setup
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    res = run_retrain(s, reg, reason="test")
+    assert res.status == "promoted", res.reason
+    assert reg.pointers() == {"current": res.version, "previous": v0}
+    meta = reg.get(res.version)
+    assert meta["gate"]["passed"] and meta["data_window"]["rows"] == 2000 and meta["parent"] == v0
+    assert meta["train_summary"]["ema"] is True  # K-DSM-EMA on the contaminated archive
+    ratio = meta["gate"]["checks"]["alert_rate"]["ratio"]
+    assert 0 <= ratio <= s.retrain.gate_max_alert_ratio
+    new = KDSM.load(reg.store.local_path(res.version), device="cpu")
+    # The new model knows the shifted data: its alert rate there is far below the old model's.
+    old = KDSM.load(reg.store.local_path(v0), device="cpu")
+    X = shifted(1000, 2)
+    assert (new.decision_function(X) >= new.threshold_).mean() < (old.decision_function(X) >= old.threshold_).mean()
+    run = reg.r.xrevrange(reg.keys.runs, count=1)[0][1]
+    assert run["status"] == "promoted" and run["version"] == res.version
+
+
+def test_failures_keep_the_current_model(setup, tmp_path):
+    s, reg, v0 = setup
+    # Empty window.
+    res = run_retrain(s, reg)
+    assert res.status == "failed" and "empty window" in res.reason and res.exit_code == 1
+    # Corrupt data only.
+    d = Path(s.archive.dir) / "date=2026-01-01"
+    d.mkdir(parents=True)
+    (d / "part-20260101T000000Z-bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    res = run_retrain(s, reg)
+    assert res.status == "failed" and "unreadable" in res.reason
+    # Too little data (the corrupt file is skipped, the good one is small).
+    write_archive(Path(s.archive.dir), shifted(200, 3))
+    res = run_retrain(s, reg)
+    assert res.status == "failed" and "too little data" in res.reason
+    # Rows that are all non-finite are not usable rows.
+    X = shifted(600, 4)
+    X[:, 2] = np.nan
+    write_archive(Path(s.archive.dir), X)
+    res = run_retrain(s, reg)
+    assert res.status == "failed" and "too little data" in res.reason
+    assert reg.pointers()["current"] == v0
+    statuses = [f["status"] for _, f in reg.r.xrange(reg.keys.runs)]
+    assert statuses == ["failed"] * 4
+
+
+def test_gate_rejection_registers_but_does_not_promote(tmp_path, redis_url, unique, tiny_model_dir):
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique, gate_min_alert_ratio=50.0))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(1500, 5))
+    res = run_retrain(s, reg)
+    assert res.status == "rejected" and res.exit_code == 3 and "alert rate" in res.reason
+    assert reg.current_version() == v0
+    assert reg.get(res.version)["status"] == "rejected" and not reg.get(res.version)["gate"]["passed"]
+
+
+def test_window_selection_newest_first(tmp_path):
+    root = tmp_path / "a"
+    write_archive(root, shifted(1500, 6), per_file=500)
+    w = select_window(root, None, max_rows=900)
+    assert w["rows"] == 1000 and len(w["files"]) == 2  # file granularity, newest files
+    assert select_window(root, 1e-9, max_rows=900, now=time.time() + 3600)["files"] == []
+
+
+def test_two_jobs_at_once_one_trains(setup, tmp_path):
+    s, reg, v0 = setup
+    write_archive(Path(s.archive.dir), shifted(2000, 7))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "streamer.cli", "retrain", "--config", str(cfg), "--log-level", "WARNING"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    results = [json.loads(o) for o, _ in outs]
+    assert sorted(r["status"] for r in results) == ["locked", "promoted"], outs
+    assert [p.returncode for p in procs] == [0, 0]
+    assert len(reg.list()) == 2  # v0 and exactly one new version
+
+
+def test_requests_are_served_by_the_watcher(setup, redis_url):
+    import redis
+
+    s, reg, v0 = setup
+    write_archive(Path(s.archive.dir), shifted(1000, 8))
+    request_retrain(reg, "ops")
+    request_retrain(reg, "drift")
+    blocking = redis.Redis.from_url(redis_url, decode_responses=True)
+    stop = threading.Event()
+    results = watch(s, reg, blocking, stop=stop, max_runs=1)
+    assert len(results) == 1 and results[0].status == "promoted"
+    assert "drift" in results[0].details["trigger"] and "ops" in results[0].details["trigger"]
+    assert blocking.xpending(reg.keys.requests, "kdsm-retrain")["pending"] == 0
+    blocking.close()
+
+
+def test_models_cli(setup, tmp_path, capsys, second_model):
+    s, reg, v0 = setup
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"redis", "registry"}))))
+    assert kdsm_main(["models", "add", "--config", str(cfg), "--model", str(second_model), "--promote"]) == 0
+    v1 = json.loads(capsys.readouterr().out)["added"]
+    assert kdsm_main(["models", "list", "--config", str(cfg)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["version"] for m in listed if m["current"]] == [v1]
+    assert kdsm_main(["models", "rollback", "--config", str(cfg)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rolled_back": v1, "current": v0}
+    assert kdsm_main(["models", "promote", "--config", str(cfg), v1]) == 0
+    capsys.readouterr()
+    assert kdsm_main(["models", "show", "--config", str(cfg), v1]) == 0
+    assert json.loads(capsys.readouterr().out)["pointers"] == {"current": v1, "previous": v0}
+    assert kdsm_main(["models", "promote", "--config", str(cfg), "no-such-version"]) == 2
+    assert "unknown model version" in capsys.readouterr().err
+    assert kdsm_main(["retrain", "--request", "--config", str(cfg), "--reason", "cli"]) == 0
+    assert reg.r.xlen(reg.keys.requests) == 1
+
+
+@pytest.fixture(scope="module")
+def second_model(tmp_path_factory):
+    X, _ = make_blobs(n=600, seed=9)
+    from offline_train.config import ModelConfig, OptimConfig
+
+    return KDSM(model=ModelConfig(width=32, depth=1), train=OptimConfig(steps=60, seed=9)).fit(X).save(
+        tmp_path_factory.mktemp("m") / "second")
