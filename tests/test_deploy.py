@@ -275,7 +275,7 @@ def _pip_installs(lines: list[str]) -> list[tuple[str, bool]]:
             tokens = shlex.split(m.group(1))
             editable = "-e" in tokens
             skip = False
-            for i, t in enumerate(tokens):
+            for t in tokens:
                 if skip:
                     skip = False
                     continue
