@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
         if name in ("set", "reset"):
             q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
         q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
+    from .threshold_report import register_action  # `kdsm thresholds report` (streamer/threshold_report.py)
+    register_action(tsub, settings_cls)
 
     p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
                        description="Starts a local Tansu broker and Redis, trains on the bundled cardio data, replays it as a "
@@ -79,7 +81,8 @@ def _stream(a, settings_cls) -> int:
 
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
-    counts = run_stream(s, _model_path(a, s), max_events=a.max_events, signals=True)
+    # With registry.enabled the model may come from the registry alone (streamer.lifecycle checks).
+    counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
     print(json.dumps(counts))
     return 0
 

@@ -114,13 +114,14 @@ class DriftSink:
 
     name = "drift"
 
-    def __init__(self, cfg: DriftConfig, *, redis=None, keys: Keys | None = None, producer=None,
+    def __init__(self, cfg: DriftConfig, *, redis=None, keys: Keys | None = None, producer=None, producer_factory=None,
                  calibrated_rate: Callable[[str, dict], float | None] | None = None, clock=time.time,
                  instance: str | None = None):
         self.cfg = cfg
         self.redis = redis
         self.keys = keys or Keys("kdsm:")
         self.producer = producer
+        self.producer_factory = producer_factory  # builds the producer at the first event (drift is rare)
         self.calibrated_rate = calibrated_rate
         self.clock = clock
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
@@ -260,6 +261,10 @@ class DriftSink:
         self.reset(version)
         self.n = max(n, self.cfg.warmup_events)
 
+    def close(self) -> None:
+        if self.producer_factory is not None and self.producer is not None:
+            self.producer.close(timeout=5)  # only a producer this sink built
+
     def _publish(self, event: dict) -> None:
         body = json.dumps(event, default=float)
         if self.redis is not None:
@@ -276,8 +281,10 @@ class DriftSink:
             except Exception as e:
                 PUBLISH_ERRORS.labels("redis").inc()
                 log.error("drift: cannot write the drift event to Redis: %s", e)
-        if self.producer is not None and self.cfg.kafka_topic:
+        if self.cfg.kafka_topic and (self.producer is not None or self.producer_factory is not None):
             try:
+                if self.producer is None:
+                    self.producer = self.producer_factory()
                 self.producer.send(self.cfg.kafka_topic, key=event["model_version"].encode(), value=body.encode())
                 self.producer.flush(timeout=10)
             except Exception as e:

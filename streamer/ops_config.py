@@ -84,6 +84,7 @@ class DriftConfig(Section):
 class RegistryConfig(Section):
     """Model registry: artifacts in a store, pointers and metadata in Redis."""
 
+    enabled: bool = Field(False, description="streamers serve the registry's current version and hot-swap on promote/rollback")
     store_dir: str = Field("runs/models", description="artifact store root: one directory per version")
     check_interval_s: float = Field(10.0, gt=0, description="streamers re-read the pointer this often (pub/sub is the fast path)")
     device: str = Field("auto", description="device streamers and the gate load models onto")
@@ -102,4 +103,5 @@ class RetrainConfig(Section):
     gate_max_auc_pr_drop: float = Field(0.02, ge=0, description="allowed AUC-PR drop versus current on the labelled rows")
     auto_promote: bool = Field(True, description="promote a version that passes the gate (else register only)")
     lock_ttl_s: float = Field(300.0, gt=1, description="lock expiry; the holder renews it every third of this")
+    request_delay_s: float = Field(600.0, ge=0, description="`--watch`: start this long after a request, so the archive holds data of the new regime (files close every archive.max_file_seconds)")
     watch_block_s: float = Field(5.0, gt=0, description="`kdsm retrain --watch`: block this long per read of the request stream")

@@ -316,6 +316,8 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
           max_runs: int | None = None, consumer: str | None = None) -> list[RetrainResult]:
     """Consume retrain requests (consumer group ``kdsm-retrain``): one run per burst of requests.
 
+    A run starts ``retrain.request_delay_s`` after the newest request of the
+    burst (time for the new regime's data to reach closed archive files).
     Requests older than the start of the last run are acknowledged without a
     new run (that run already used the data they asked about).
     """
@@ -336,6 +338,10 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
             continue
         fresh = [(mid, f) for mid, f in msgs if int(mid.split("-")[0]) >= last_start_ms]
         if fresh:
+            # Let data of the new regime reach closed archive files before training on it.
+            newest_ms = max(int(mid.split("-")[0]) for mid, _ in fresh)
+            if stop.wait(max(0.0, newest_ms / 1000 + settings.retrain.request_delay_s - time.time())):
+                break
             last_start_ms = int(time.time() * 1000)
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
             log.info("retrain requested (%d request(s): %s)", len(fresh), ", ".join(reasons))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 
 from .app import StreamApp
+from .lifecycle import close_parts, lifecycle_parts
 from .metrics import MetricsServer, StreamMetrics
-from .provider import StaticModelProvider
 from .thresholds import LiveThresholds
 
 log = logging.getLogger("kdsm.stream")
@@ -18,7 +18,9 @@ log = logging.getLogger("kdsm.stream")
 
 def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
     """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
-    provider = provider or StaticModelProvider(model_path, settings.stream.device)
+    if provider is None:  # provider + archive/drift sinks from settings (streamer.lifecycle)
+        provider, extra = lifecycle_parts(settings, model_path)
+        sinks = [*sinks, *extra]
     metrics = StreamMetrics()
     server = None
     if settings.metrics.enabled:
@@ -39,5 +41,6 @@ def run_stream(settings, model_path=None, provider=None, sinks=(), max_events: i
         return app.run(max_events=max_events)
     finally:
         app.thresholds.stop()
+        close_parts(*app.sinks, app.provider)
         if server is not None:
             server.stop()

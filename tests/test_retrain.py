@@ -33,7 +33,8 @@ def overrides(tmp_path: Path, redis_url: str, unique: str, **retrain) -> dict:
             "redis": {"url": redis_url, "key_prefix": f"t{unique}:"},
             "archive": {"dir": str(tmp_path / "archive"), "fsync": False},
             "registry": {"store_dir": str(tmp_path / "store"), "device": "cpu"},
-            "retrain": {"window_hours": None, "min_rows": 400, "gate_window_rows": 500, "lock_ttl_s": 5, **retrain}}
+            "retrain": {"window_hours": None, "min_rows": 400, "gate_window_rows": 500, "lock_ttl_s": 5,
+                        "request_delay_s": 0.5, **retrain}}
 
 
 def write_archive(root: Path, X: np.ndarray, per_file: int = 500, version: str = "v0") -> None:

@@ -1,0 +1,74 @@
+"""Wiring of the model-lifecycle parts into a streamer: the model provider and the archive and drift sinks.
+
+``lifecycle_parts(settings, model_path)`` is what ``streamer.service`` calls
+when it builds a ``StreamApp``:
+
+- provider: ``RegistryModelProvider`` when ``registry.enabled`` (the
+  artifact at ``model_path``, if given, serves until the registry has a
+  current version), else ``StaticModelProvider(model_path)``;
+- sinks, in this order: ``ArchiveSink`` when ``archive.dir`` is set, then
+  ``DriftSink`` when ``drift.enabled`` (its expected alert rate comes from the
+  serving model at the live thresholds; its Kafka producer is built at the
+  first drift event).
+
+Everything returned has ``close()`` (or needs none); ``close_parts`` calls it.
+
+>>> from streamer.config import Settings
+>>> Settings().registry.enabled, Settings().archive.dir
+(False, None)
+"""
+
+from __future__ import annotations
+
+from offline_train.detector import KDSM
+
+from .archive import ArchiveSink
+from .drift import DriftSink, model_alert_rate
+from .provider import StaticModelProvider
+from .registry import ModelRegistry, RegistryModelProvider, redis_client
+
+
+def build_provider(settings, model_path=None):
+    if not settings.registry.enabled:
+        if not model_path:
+            raise FileNotFoundError("no model: pass --model DIR, set stream.model, or enable the registry (registry.enabled)")
+        return StaticModelProvider(model_path, settings.stream.device)
+    fallback = KDSM.load(model_path, device=settings.stream.device) if model_path else None
+    return RegistryModelProvider(ModelRegistry.from_settings(settings), device=settings.stream.device,
+                                 check_interval_s=settings.registry.check_interval_s, fallback=fallback)
+
+
+def build_sinks(settings, provider) -> list:
+    sinks: list = []
+    if settings.archive.dir:
+        sinks.append(ArchiveSink(settings.archive))
+    if settings.drift.enabled:
+        from .kafka_clients import ensure_topics, make_producer
+        from .registry import Keys
+
+        def rate(version: str, thresholds: dict):
+            model = provider.current()
+            return model_alert_rate(model, thresholds) if model.version_ == version else None
+
+        def producer():
+            if settings.drift.kafka_topic:
+                ensure_topics(settings.kafka, [settings.drift.kafka_topic])
+            return make_producer(settings.kafka)
+
+        sinks.append(DriftSink(settings.drift, redis=redis_client(settings.redis), keys=Keys(settings.redis.key_prefix),
+                               producer_factory=producer, calibrated_rate=rate))
+    return sinks
+
+
+def lifecycle_parts(settings, model_path=None):
+    """(provider, sinks) for a streamer built from ``settings``."""
+    provider = build_provider(settings, model_path)
+    return provider, build_sinks(settings, provider)
+
+
+def close_parts(*parts) -> None:
+    """Close sinks and providers that have ``close`` (archive: closes its open file)."""
+    for part in parts:
+        close = getattr(part, "close", None)
+        if close is not None:
+            close()

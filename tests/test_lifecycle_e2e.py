@@ -1,0 +1,149 @@
+"""The model lifecycle end to end (real broker, real Redis): shift -> drift -> retrain on the archive -> gate ->
+streamers swap -> alert rate back near the calibrated rate; rollback reaches running streamers; the archive
+holds every committed event."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import redis
+from conftest import make_blobs
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    event,
+    make_settings,
+    produce,
+    wait_for,
+)
+
+from offline_train.detector import KDSM
+from streamer.archive import archive_schema, closed_files
+from streamer.drift import model_alert_rate
+from streamer.lifecycle import close_parts
+from streamer.registry import ModelRegistry
+from streamer.retrain import watch
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def shifted(X: np.ndarray) -> np.ndarray:
+    X = X.copy()
+    X[:, :5] = X[:, :5] * 1.5 + 1.0
+    return X
+
+
+def lifecycle_settings(kafka_bootstrap, redis_url, unique, tmp_path: Path):
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=None, max_batch=100)
+    s.registry.enabled = True
+    s.registry.store_dir = str(tmp_path / "store")
+    s.registry.check_interval_s = 1.0
+    s.archive.dir = str(tmp_path / "archive")
+    s.archive.fsync = False
+    s.archive.max_file_seconds = 0.5
+    s.drift.warmup_events = 300
+    s.drift.alert_rate_window = 300
+    s.drift.hold_events = 200
+    s.drift.persist_events = 400
+    s.drift.kafka_topic = f"drift-{unique}"
+    s.model.width, s.model.depth = 32, 1
+    s.train.steps = 300
+    s.retrain.window_hours = None
+    s.retrain.max_rows = 1200
+    s.retrain.min_rows = 500
+    s.retrain.gate_window_rows = 500
+    s.retrain.request_delay_s = 2.0  # > archive.max_file_seconds: the shifted rows are in closed files
+    return s
+
+
+def rate_by_version(batches, version: str) -> tuple[float, int]:
+    sev = np.concatenate([np.asarray(b.severities, dtype=object) for b in batches if b.model_version == version] or [np.zeros(0)])
+    return (float(np.mean(sev != "")) if len(sev) else float("nan")), len(sev)
+
+
+def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, tiny_model_dir, tmp_path):
+    s = lifecycle_settings(kafka_bootstrap, redis_url, unique, tmp_path)
+    create_topics(s)
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    old = KDSM.load(tiny_model_dir, device="cpu")
+    names = old.feature_names_
+
+    X = make_blobs(n=6000, seed=0)[0][1200:]  # the tiny model's distribution, rows it did not see
+    phase_a, phase_b, phase_c, phase_d = X[:1000], shifted(X[1000:3000]), shifted(X[3000:4500]), shifted(X[4500:4800])
+    n_sent = 0
+
+    def send(rows, tag):
+        nonlocal n_sent
+        produce(s, [event(f"{tag}{i}", x, names) for i, x in enumerate(rows)])
+        n_sent += len(rows)
+
+    collect = Collect()
+    st = StreamerThread(s, sinks=[collect]).start()
+    stop = threading.Event()
+    blocking = redis.Redis.from_url(redis_url, decode_responses=True)
+    results = []
+    watcher = threading.Thread(target=lambda: results.extend(watch(s, reg, blocking, stop=stop, max_runs=1)), daemon=True)
+    watcher.start()
+    provider = st.app.provider
+    try:
+        assert provider.current().version_ == v0
+        send(phase_a, "a")
+        send(phase_b, "b")
+        # Drift: one event in the Redis stream and on the Kafka topic, one retrain request.
+        assert wait_for(lambda: reg.r.xlen(reg.keys.drift) >= 1, timeout=40), "no drift event"
+        drift = json.loads(reg.r.xrange(reg.keys.drift)[0][1]["event"])
+        assert drift["model_version"] == v0 and drift["statistics"]["alert_rate"] > 3 * drift["statistics"]["calibrated_alert_rate"]
+        # The watcher retrains on the archive, the gate passes, the new version is promoted.
+        watcher.join(timeout=90)
+        assert results and results[0].status == "promoted", results and results[0].to_dict()
+        v1 = results[0].version
+        gate = reg.get(v1)["gate"]
+        assert gate["passed"] and reg.get(v1)["data_window"]["usable_rows"] >= 500
+        # Running streamer switches between batches.
+        assert provider.wait_for(v1, timeout=15), "streamer did not swap"
+        send(phase_c, "c")
+        assert wait_for(lambda: rate_by_version(collect.batches, v1)[1] >= len(phase_c), timeout=40)
+        # Rollback reaches the running streamer too.
+        reg.rollback(reason="test")
+        assert provider.wait_for(v0, timeout=15), "rollback not applied"
+        send(phase_d, "d")
+        assert wait_for(lambda: len(collect.ids()) >= n_sent, timeout=40)
+    finally:
+        stop.set()
+        st.stop()
+        close_parts(*st.app.sinks, st.app.provider)
+        blocking.close()
+
+    new = KDSM.load(reg.store.local_path(v1), device="cpu")
+    with collect.lock:
+        batches = list(collect.batches)
+    # The old model on the shifted stream vs the new one on the same regime.
+    shifted_old = [b for b in batches if b.model_version == v0 and str(b.event_ids[0]).startswith("b")]
+    rate_old, n_old = rate_by_version(shifted_old, v0)
+    rate_new, n_new = rate_by_version(batches, v1)
+    calibrated = model_alert_rate(new, None)
+    print(f"alert rate: calibrated {calibrated:.4f}, old model on shifted data {rate_old:.4f} ({n_old} rows), "
+          f"new model after the swap {rate_new:.4f} ({n_new} rows)")
+    assert rate_old > 5 * calibrated
+    assert rate_new <= 3 * calibrated
+    # Batches: one version each; after the rollback the last events are scored by v0 again.
+    assert all(str(i).startswith("d") for b in batches if b.model_version == v0 and str(b.event_ids[0]).startswith("d")
+               for i in b.event_ids)
+    assert {b.model_version for b in batches if str(b.event_ids[-1]).startswith("d")} == {v0}
+    # The archive: readable Parquet, expected schema, every committed event once (at least once).
+    files = closed_files(s.archive.dir)
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    assert table.schema.equals(archive_schema(names))
+    offsets = list(zip(table.column("kdsm_partition").to_pylist(), table.column("kdsm_offset").to_pylist(), strict=True))
+    assert len(set(offsets)) == n_sent and len(offsets) >= n_sent
+    versions = dict(zip(table.column("id").to_pylist(), table.column("kdsm_model_version").to_pylist(), strict=True))
+    assert versions["a0"] == v0 and versions[f"c{len(phase_c) - 1}"] == v1
