@@ -1,0 +1,164 @@
+"""`kdsm thresholds report`: archive window -> PNG + alert rate per threshold, thresholds from real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_blobs
+
+from offline_train.detector import KDSM
+from streamer.archive import ArchiveSink, closed_files
+from streamer.cli import main
+from streamer.ops_config import ArchiveConfig
+from streamer.threshold_report import alert_rates
+from streamer.thresholds import ThresholdStore, connect
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _no_kdsm_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("KDSM_") and "__" in name:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return KDSM.load(tiny_model_dir, device="cpu")
+
+
+def _batch(model, X, offset0, version=None):
+    scores = model.decision_function(X)
+    n = len(X)
+    return SimpleNamespace(topics=["events"] * n, partitions=np.zeros(n, np.int32),
+                           offsets=np.arange(offset0, offset0 + n, dtype=np.int64),
+                           timestamps_ms=np.full(n, 1_700_000_000_000, np.int64),
+                           event_ids=[f"e{offset0 + i}" for i in range(n)], event_ts=[None] * n, X=X, scores=scores,
+                           severities=model.severity(scores), model_version=version or model.version_,
+                           schema_hash=model.schema_hash_, feature_names=list(model.feature_names_),
+                           thresholds=model.thresholds_, n_dead_letters=0, committed_at=None)
+
+
+def _archive(tmp_path, model, parts, version=None):
+    """Writes real archive files through the streamer's ArchiveSink (one closed file per part)."""
+    root = tmp_path / "archive"
+    sink = ArchiveSink(ArchiveConfig(dir=str(root), fsync=False), background=False)
+    off = 0
+    for X in parts:
+        sink.on_committed(_batch(model, X, off, version))
+        sink.flush()
+        off += len(X)
+    sink.close()
+    return root
+
+
+def _config(tmp_path, redis_url, prefix):
+    f = tmp_path / "c.yaml"
+    f.write_text(f"redis:\n  url: {redis_url}\n  key_prefix: '{prefix}'\n")
+    return f
+
+
+def _window(tmp_path, model):
+    X, out = make_blobs(n=900, n_out=40, seed=7)
+    return X, out, [X[:500], np.vstack([X[500:], out])]
+
+
+def test_report_rates_match_the_archive_and_follow_a_redis_override(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
+    X, out, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    cfg = _config(tmp_path, redis_url, f"kdsm-rep-{unique}:")
+    png = tmp_path / "report.png"
+    argv = ["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg),
+            "--out", str(png), "--json"]
+    assert main(argv) == 0
+    rep = json.loads(capsys.readouterr().out)
+    # independent recomputation from the Parquet files
+    stored = np.concatenate([pq.read_table(f, columns=["kdsm_score"])["kdsm_score"].to_numpy() for f in closed_files(root)])
+    assert rep["window"]["rows"] == len(stored) == len(X) + len(out)
+    rows = {r["severity"]: r for r in rep["thresholds"]}
+    assert rep["thresholds_source"] == "artifact"
+    for sev, t in model.thresholds_.items():
+        assert rows[sev]["score"] == pytest.approx(t)
+        assert rows[sev]["window_rate"] == pytest.approx(np.mean(stored >= t), abs=1e-6)
+    # the planted outliers push the window's rate above the calibrated 1% at warning
+    assert rows["warning"]["window_rate"] > rows["warning"]["expected_rate"]
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 10_000
+    # an ops override in Redis is what the report shows next
+    new_t = float(np.quantile(stored, 0.5))
+    store = ThresholdStore(connect(redis_url), f"kdsm-rep-{unique}:")
+    store.set(model.version_, "warning", new_t, None, "test", model.thresholds_["warning"])
+    assert main(argv) == 0
+    rep2 = json.loads(capsys.readouterr().out)
+    rows2 = {r["severity"]: r for r in rep2["thresholds"]}
+    assert rep2["thresholds_source"] == "redis"
+    assert rows2["warning"]["score"] == pytest.approx(new_t)
+    assert rows2["warning"]["window_rate"] == pytest.approx(np.mean(stored >= new_t), abs=1e-6)
+    assert rows2["critical"]["score"] == pytest.approx(model.thresholds_["critical"])
+    # candidates come from the artifact's calibration scores
+    cands = {c["quantile"]: c for c in rep2["candidates"]}
+    assert cands[0.99]["score"] == pytest.approx(model.calibration_.threshold_for_quantile(0.99))
+
+
+def test_table_output_and_redis_down_falls_back_to_the_artifact(tmp_path, model, tiny_model_dir, capsys):
+    from streamer.local_services import free_port
+
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    cfg = _config(tmp_path, f"redis://127.0.0.1:{free_port()}/0", "kdsm:")
+    png = tmp_path / "r.png"
+    assert main(["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg),
+                 "--out", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert "thresholds from artifact (Redis unreachable)" in text
+    assert "warning" in text and "critical" in text and f"plot: {png}" in text and png.exists()
+
+
+def test_other_versions_are_excluded_unless_rescored(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
+    X, out, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts, version="some-older-version")
+    cfg = _config(tmp_path, redis_url, f"kdsm-rep-{unique}:")
+    base = ["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg),
+            "--out", str(tmp_path / "x.png"), "--json"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "no archived rows scored by model version" in err and "--rescore" in err and "some-older-version" in err
+    assert main(base + ["--rescore"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    scores = model.decision_function(np.vstack([X, out]))
+    t = model.thresholds_["warning"]
+    assert rep["window"]["rescored"] and rep["window"]["rows"] == len(scores)
+    w = {r["severity"]: r for r in rep["thresholds"]}["warning"]
+    assert w["window_rate"] == pytest.approx(np.mean(scores >= t), abs=1e-6)
+
+
+def test_max_rows_keeps_the_newest(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
+    X, out, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)  # newest file = X[500:] + outliers
+    cfg = _config(tmp_path, redis_url, f"kdsm-rep-{unique}:")
+    n = len(parts[1])
+    assert main(["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg),
+                 "--out", str(tmp_path / "x.png"), "--json", "--max-rows", str(n)]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    newest = model.decision_function(parts[1])
+    assert rep["window"]["rows"] == n
+    assert rep["window"]["score_max"] == pytest.approx(newest.max(), rel=1e-5)
+
+
+def test_empty_or_missing_archive_is_a_user_error(tmp_path, tiny_model_dir, capsys):
+    (tmp_path / "empty").mkdir()
+    for d in ("empty", "missing"):
+        assert main(["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(tmp_path / d),
+                     "--out", str(tmp_path / "x.png")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kdsm thresholds: error:") and "Traceback" not in err
+
+
+def test_alert_rates_edges():
+    s = np.array([1.0, 2.0, 2.0, 3.0])
+    assert alert_rates(s, {"a": 2.0, "b": 3.5, "c": 0.0}) == {"a": 0.75, "b": 0.0, "c": 1.0}
