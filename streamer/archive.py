@@ -18,9 +18,10 @@ a batch's offsets are committed, so no row is archived without its commit.
 The rows are then appended to a spool in the Arrow IPC stream format and
 fsynced before ``on_committed`` returns; IPC streams stay readable up to the
 last complete batch even when the writer dies, unlike an unclosed Parquet
-file. Rolling (by size, age or a date change) converts the spool to a Parquet
-file under a temporary name, fsyncs it and renames it into place, so readers
-never see half a file. A streamer that crashed leaves its spool behind; the
+file. Rolling (by size, age or a date change) closes the spool and a
+background thread (off the scoring path) converts it to a Parquet file under
+a temporary name, fsyncs it and renames it into place, so readers never see
+half a file. A streamer that crashed leaves its spool behind; the
 next streamer to start on the same directory recovers it (the spool is
 ``flock``-ed while its owner lives). The one loss window is a crash between
 the commit and the spool fsync of that batch (milliseconds, one batch);
@@ -47,6 +48,7 @@ import calendar
 import fcntl
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -199,8 +201,9 @@ class ArchiveSink:
         self.recovered = self.recover()
         self.enforce_retention()
         self._stop = threading.Event()
+        self._pending: queue.Queue = queue.Queue()  # detached spools waiting for conversion
         self._thread = None
-        if background:  # rolls an idle spool by age even when no batch arrives
+        if background:  # converts rolled spools off the hot path; rolls an idle spool by age
             self._thread = threading.Thread(target=self._tick_loop, name="kdsm-archive-roll", daemon=True)
             self._thread.start()
 
@@ -235,18 +238,20 @@ class ArchiveSink:
         return None
 
     def flush(self) -> Path | None:
-        """Close the open file now (tests, shutdown)."""
+        """Close the open file now, and convert any rolled ones (tests, shutdown)."""
+        self._drain()
         with self._lock:
-            return self._roll("flush") if self._spool is not None else None
+            return self._convert(self._detach(), "flush") if self._spool is not None else None
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=30)
         with self._lock:
             if self._spool is not None:
                 self._roll("close")
             self._closed = True
+        self._drain()
 
     # ------------------------------------------------------------ internals
     def _tick_loop(self) -> None:
@@ -254,12 +259,32 @@ class ArchiveSink:
         while not self._stop.wait(period):
             try:
                 self.maybe_roll()
-            except Exception as e:  # a full disk must not kill the thread; the next tick retries
+                self._drain()
+            except Exception as e:  # a full disk must not kill the thread; the spool is recovered at the next start
                 log.error("archive roll failed: %s", e)
 
-    def _roll(self, how: str) -> Path | None:
+    def _drain(self) -> None:
+        while True:
+            try:
+                sp, how = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            self._convert(sp, how)
+
+    def _detach(self) -> _Spool:
         sp, self._spool = self._spool, None
         sp.finish()
+        return sp
+
+    def _roll(self, how: str) -> Path | None:
+        """Close the open spool: converted by the background thread if there is one, else now."""
+        sp = self._detach()
+        if self._thread is not None and not self._stop.is_set():
+            self._pending.put((sp, how))
+            return None
+        return self._convert(sp, how)
+
+    def _convert(self, sp: _Spool, how: str) -> Path | None:
         try:
             table = read_spool(sp.path)
             out = self._publish(table, sp.date, sp.opened, sp.id) if table is not None else None

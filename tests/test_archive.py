@@ -69,14 +69,20 @@ def test_roll_by_size_age_and_date(tmp_path):
     assert sorted(t.column("kdsm_offset").to_pylist()) == list(range(1010))
 
 
-def test_background_thread_rolls_idle_spool(tmp_path):
+def test_background_thread_rolls_idle_spool_and_converts_rolled_ones(tmp_path):
     sink = ArchiveSink(ArchiveConfig(dir=str(tmp_path), fsync=True, max_file_seconds=0.3))
     sink.on_committed(example_batch(7))
     deadline = time.monotonic() + 5
     while not closed_files(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert read_all(tmp_path).num_rows == 7  # closed by age with no new batch
+    sink.cfg.max_file_bytes = 20_000
+    for k in range(10):  # size rolls are handed to the background thread
+        sink.on_committed(example_batch(100, offset0=7 + 100 * k, seed=k))
     sink.close()
-    assert read_all(tmp_path).num_rows == 7
+    t = read_all(tmp_path)
+    assert sorted(t.column("kdsm_offset").to_pylist()) == list(range(1007))
+    assert len(closed_files(tmp_path)) >= 3 and not list((tmp_path / SPOOL).glob("*"))
 
 
 def test_crash_recovery_and_live_spool_untouched(tmp_path):

@@ -21,7 +21,7 @@ from streamer.archive import ArchiveSink, example_batch
 from streamer.cli import main as kdsm_main
 from streamer.config import Settings
 from streamer.ops_config import ArchiveConfig
-from streamer.registry import ModelRegistry
+from streamer.registry import ModelRegistry, RegistryModelProvider
 from streamer.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
 
 pytestmark = pytest.mark.integration
@@ -107,6 +107,7 @@ def test_retrain_promotes_a_model_that_passes_the_gate(setup):
 
 def test_failures_keep_the_current_model(setup, tmp_path):
     s, reg, v0 = setup
+    serving = RegistryModelProvider(reg, device="cpu", check_interval_s=0.2)  # a running streamer's view
     # Empty window.
     res = run_retrain(s, reg)
     assert res.status == "failed" and "empty window" in res.reason and res.exit_code == 1
@@ -129,6 +130,9 @@ def test_failures_keep_the_current_model(setup, tmp_path):
     assert reg.pointers()["current"] == v0
     statuses = [f["status"] for _, f in reg.r.xrange(reg.keys.runs)]
     assert statuses == ["failed"] * 4
+    time.sleep(0.5)  # a few periodic checks
+    assert serving.current().version_ == v0 and not serving.refused
+    serving.close()
 
 
 def test_gate_rejection_registers_but_does_not_promote(tmp_path, redis_url, unique, tiny_model_dir):
