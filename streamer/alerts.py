@@ -45,7 +45,7 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
         aid = alert_id(topic, part, off, version)
         top = [{"name": names[f], "value": float(v), "expected": float(e), "contribution": float(c),
                 "direction": int(s)}
-               for f, v, e, c, s in zip(ex.features[j].tolist(), ex.value[j], ex.expected[j], ex.contribution[j], ex.direction[j])]
+               for f, v, e, c, s in zip(ex.features[j].tolist(), ex.value[j], ex.expected[j], ex.contribution[j], ex.direction[j], strict=True)]
         msg = {"alert_id": aid, "event_id": dec.ids[row], "event_time": dec.ts[row], "scored_at": scored_at,
                "score": float(res.scores[row]), "p_value": float(res.p_values[j]), "severity": sev,
                "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,
@@ -56,4 +56,4 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
 
 def severity_counts(severities: np.ndarray) -> dict[str, int]:
     names, counts = np.unique(severities[severities != ""], return_counts=True)
-    return dict(zip(names.tolist(), counts.tolist()))
+    return dict(zip(names.tolist(), counts.tolist(), strict=True))

@@ -12,6 +12,11 @@ One iteration handles one micro-batch (``stream.max_batch`` records or
 5. commit offsets once every message of the batch is acknowledged
    (``streamer.checkpoint`` owns the order), then hand the batch to sinks.
 
+Step 3 runs on a scoring thread (torch releases the GIL) while the main
+thread polls and decodes the next batch, so fetching, JSON parsing and the
+forward pass overlap; batches are still published and committed in order,
+one at a time.
+
 Up to ``stream.max_in_flight`` batches may be published but not yet
 acknowledged; at that many the assigned partitions are paused until the
 oldest are acknowledged and committed (backpressure, no unbounded buffer).
@@ -37,6 +42,7 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from kafka import ConsumerRebalanceListener
@@ -62,6 +68,7 @@ class _Rebalance(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
         # Runs inside poll(), between batches: everything processed so far is in flight; finish it.
         self.app.metrics.rebalances.labels("revoked").inc()
+        self.app._publish_pending()
         done = self.app.checkpoint.drain()
         self.app._after_commit(done)
         log.info({"event": "partitions_revoked", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in revoked),
@@ -89,6 +96,8 @@ class StreamApp:
         self._decoder_version: str | None = None
         self.counts = {"events": 0, "scored": 0, "dead_letters": 0, "alerts": 0, "batches": 0}
         self.checkpoint: Checkpointer | None = None
+        self._pending = None  # (record batch, model, thresholds, decoded, scoring future, t0): scored, not yet published
+        self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
 
@@ -112,6 +121,7 @@ class StreamApp:
         self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
         log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
                   "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight})
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
             while not self._stop.is_set():
                 self.metrics.last_loop = time.time()
@@ -120,15 +130,18 @@ class StreamApp:
                 rb = poll_batch(self.consumer, sc.max_batch, sc.max_wait_ms)
                 if self.consumer.assignment():
                     self.ready.set()
-                if len(rb):
-                    self._process(rb, model)
+                nxt = self._prepare(rb, model) if len(rb) else None  # its scoring starts now, in the background
+                self._publish_pending()  # the previous batch: wait for its scores, publish
+                self._pending = nxt
                 self._after_commit(self.checkpoint.retire())
                 if len(self.checkpoint.in_flight) >= sc.max_in_flight:
                     self._backpressure()
                 if max_events is not None and self.counts["events"] >= max_events:
                     break
+            self._publish_pending()
             self._after_commit(self.checkpoint.drain())
         finally:
+            self._executor.shutdown(wait=True)
             self._close()
         log.info({"event": "stopped", **self.counts})
         return dict(self.counts)
@@ -163,12 +176,22 @@ class StreamApp:
         log.info({"event": "model", "version": model.version_, "schema_hash": model.schema_hash_,
                   "device": str(model.device_), "features": len(model.feature_names_)})
 
-    def _process(self, rb: RecordBatch, model) -> None:
+    def _prepare(self, rb: RecordBatch, model) -> tuple:
+        """Decode now; score on the scoring thread. Returns what ``_publish`` needs."""
         t0 = time.perf_counter()
-        k = self.settings.kafka
         thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
         dec = self._decoder.decode(rb.values)
-        res = self._score(model, dec, thresholds)
+        return rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0
+
+    def _publish_pending(self) -> None:
+        """Publish the batch being scored (if any); also called by the rebalance listener before it drains."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._publish(*pending)
+
+    def _publish(self, rb: RecordBatch, model, thresholds, dec: Decoded, future, t0: float) -> None:
+        k = self.settings.kafka
+        res = future.result()
         step = max(1, len(rb) // _LATENCY_SAMPLES)
         flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)

@@ -44,7 +44,7 @@ class RecordBatch:
     def commit_offsets(self) -> dict[TopicPartition, int]:
         """Next offset to consume per partition (last offset + 1), the value a commit stores."""
         out: dict[TopicPartition, int] = {}
-        for t, p, o in zip(self.topics, self.partitions.tolist(), self.offsets.tolist()):
+        for t, p, o in zip(self.topics, self.partitions.tolist(), self.offsets.tolist(), strict=True):
             tp = TopicPartition(t, p)
             if o + 1 > out.get(tp, -1):
                 out[tp] = o + 1

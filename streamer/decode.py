@@ -93,7 +93,7 @@ class Decoder:
         types = set(map(type, (v for r in rows for v in r)))
         if not types <= {int, float}:
             ok_rows, ok_keep = [], []
-            for r, k in zip(rows, keep):
+            for r, k in zip(rows, keep, strict=True):
                 if all(type(v) in _NUMBER for v in r):
                     ok_rows.append(r)
                     ok_keep.append(k)
@@ -105,7 +105,7 @@ class Decoder:
         # ids/ts checks only run over valid rows and are cheap dict lookups.
         final_X, final_keep, ids, ts = [], [], [], []
         mask = np.ones(len(keep), dtype=bool)
-        for j, (k, o) in enumerate(zip(keep, good)):
+        for j, (k, o) in enumerate(zip(keep, good, strict=True)):
             err = self._check_meta(o)
             if err:
                 rejects.append(Reject(pos[k], *err))
@@ -189,7 +189,7 @@ class Decoder:
         except OverflowError:
             # An integer beyond float64 range: convert row by row to find it.
             ok_rows, ok_keep = [], []
-            for r, k in zip(rows, keep):
+            for r, k in zip(rows, keep, strict=True):
                 try:
                     ok_rows.append([float(v) for v in r])
                     ok_keep.append(k)
@@ -202,5 +202,5 @@ class Decoder:
             for j in np.flatnonzero(~finite):
                 self._diagnose(pos[keep[j]], objs[keep[j]], rejects)
             X = X[finite]
-            keep = [k for k, f in zip(keep, finite) if f]
+            keep = [k for k, f in zip(keep, finite, strict=True) if f]
         return X, keep

@@ -48,7 +48,7 @@ def produce(s: Settings, values: list, keys: list | None = None, topic: str | No
 
 
 def event(i, x, names, **extra) -> bytes:
-    return json.dumps({"id": i, **{n: float(v) for n, v in zip(names, x)}, **extra}).encode()
+    return json.dumps({"id": i, **{n: float(v) for n, v in zip(names, x, strict=True)}, **extra}).encode()
 
 
 def read_topic(bootstrap: str, topic: str, want: int, timeout: float = 20.0, partitions: int | None = None) -> list:

@@ -42,7 +42,7 @@ def test_valid_rows_around_malformed_ones_are_kept_in_order():
         x = rng.normal(size=3)
         expect_rows.append(len(values))
         expect_X.append(x)
-        values.append(json.dumps({"id": j, "ts": 1.0 + j, **dict(zip(NAMES, x.tolist())), "extra": "ignored"}).encode())
+        values.append(json.dumps({"id": j, "ts": 1.0 + j, **dict(zip(NAMES, x.tolist(), strict=True)), "extra": "ignored"}).encode())
         values.append(bad)
     out = _decoder().decode(values)
     assert out.rows.tolist() == expect_rows

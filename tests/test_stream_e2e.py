@@ -8,7 +8,17 @@ import urllib.request
 import numpy as np
 import pytest
 from conftest import make_blobs
-from stream_support import Collect, StreamerThread, create_topics, event, malformed_corpus, make_settings, produce, read_topic, wait_for
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    event,
+    make_settings,
+    malformed_corpus,
+    produce,
+    read_topic,
+    wait_for,
+)
 
 from offline_train.detector import KDSM
 from streamer.alerts import alert_id
@@ -59,7 +69,7 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     assert sorted(sink.ids()) == sorted(valid_ids)
     dead = [json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.deadletter_topic, len(corpus))]
     assert [d["reason"] for d in dead] == [r for _, _, r in kinds]
-    for d, (_, raw, _) in zip(dead, kinds):
+    for d, (_, raw, _) in zip(dead, kinds, strict=True):
         assert d["source"]["topic"] == s.kafka.events_topic and d["message"]
         if raw:
             got = d["payload"].encode() if d["payload_encoding"] == "utf-8" else __import__("base64").b64decode(d["payload"])
@@ -68,7 +78,7 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     alerts = {a["event_id"]: a for a in (json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.alerts_topic, len(planted_ids)))}
     warn = det.thresholds_["warning"]
     planted_scores = det.decision_function(planted)
-    expect = [pid for pid, sc in zip(planted_ids, planted_scores) if sc >= warn]
+    expect = [pid for pid, sc in zip(planted_ids, planted_scores, strict=True) if sc >= warn]
     assert len(expect) >= 0.8 * len(planted_ids)
     assert set(expect) <= set(alerts)
     for pid in expect:

@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 import yaml
 from conftest import make_blobs
-from stream_support import Collect, StreamerThread, create_topics, event, make_settings, produce, read_topic, wait_for
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    event,
+    make_settings,
+    produce,
+    read_topic,
+    wait_for,
+)
 
 from offline_train.detector import KDSM
 from streamer import local_services
@@ -86,7 +95,7 @@ def test_live_thresholds_follow_a_change_within_2_seconds(redis_url, unique, mod
         for score in (0.25, 0.5):
             t0 = time.monotonic()
             store.set(model.version_, "warning", score, None, "test", model.thresholds_["warning"])
-            assert wait_for(lambda: live.get(model)["warning"] == score, timeout=2.0, every=0.01)
+            assert wait_for(lambda s=score: live.get(model)["warning"] == s, timeout=2.0, every=0.01)
             assert time.monotonic() - t0 < 2.0
         assert live.redis_up
     finally:
