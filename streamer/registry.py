@@ -278,7 +278,11 @@ class RegistryModelProvider:
         self._cond = threading.Condition()
         self._pubsub_client = pubsub_client
         self._model: KDSM | None = None
-        v = registry.current_version()
+        try:
+            v = registry.current_version()
+        except Exception as e:  # Redis down at start: serve the fallback, the watch thread keeps trying
+            log.warning("registry unreachable at start (%s); serving the fallback model", e)
+            v = None
         if v is not None:
             try:
                 self._model = self._load(v, schema=None)

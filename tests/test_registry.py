@@ -115,3 +115,19 @@ def test_provider_falls_back_when_registry_empty(registry, tiny_model_dir):
         prov.close()
     with pytest.raises(RegistryError, match="no model to serve"):
         RegistryModelProvider(registry.__class__(registry.r, registry.store, prefix="empty-prefix-x:"), device="cpu")
+
+
+def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path):
+    import redis
+
+    from streamer.local_services import free_port
+
+    down = redis.Redis(port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2, decode_responses=True)
+    reg = ModelRegistry(down, LocalArtifactStore(tmp_path / "store"), prefix="down:")
+    fallback = KDSM.load(tiny_model_dir, device="cpu")
+    prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.2, fallback=fallback)
+    try:
+        assert prov.current() is fallback
+        assert prov._thread.is_alive()  # keeps retrying, never crashes the streamer
+    finally:
+        prov.close()
