@@ -240,7 +240,8 @@ def register_action(tsub, settings_cls) -> None:
                         description="Reads the archive (archive.dir), keeps the rows scored by the model's version "
                                     "(or --rescore), and shows what each threshold, and a few candidate quantiles, "
                                     "would alert on that window.")
-    q.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
+    q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
+                                   "registry.enabled, else stream.model)")
     q.add_argument("--config", help="YAML config file")
     q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
     q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
@@ -251,14 +252,32 @@ def register_action(tsub, settings_cls) -> None:
     q.set_defaults(func=lambda a: run(a, settings_cls))
 
 
+def serving_model_dir(settings) -> str:
+    """The artifact the streamers serve: the registry's current version when ``registry.enabled``, else ``stream.model``."""
+    if settings.registry.enabled:
+        import redis
+
+        from .registry import ModelRegistry
+
+        try:
+            reg = ModelRegistry.from_settings(settings)
+            current = reg.current_version()
+        except (redis.RedisError, OSError) as e:
+            log.warning({"event": "report_registry_unreachable", "error": str(e)})
+            current = None
+        if current is not None:
+            return str(reg.store.local_path(current))
+    if not settings.stream.model:
+        raise FileNotFoundError("no model: pass --model DIR, set stream.model, or promote a version in the registry")
+    return settings.stream.model
+
+
 def run(a, settings_cls) -> int:
     from offline_train.config import load_settings
     from offline_train.detector import KDSM
 
     s = load_settings(settings_cls, a.config)
-    model_dir = a.model or s.stream.model
-    if not model_dir:
-        raise FileNotFoundError("no model: pass --model DIR or set stream.model in the config")
+    model_dir = a.model or serving_model_dir(s)
     archive_dir = a.archive or s.archive.dir
     if not archive_dir:
         raise ReportError("no archive: pass --archive DIR or set archive.dir in the config")

@@ -230,6 +230,12 @@ def test_compose_commands_are_real_kdsm_commands():
             assert args.config == "/etc/kdsm/config.yaml", name
     assert argvs["streamer"][0][0] == "stream" and argvs["retrain"][0][0] == "retrain"
     assert argvs["bootstrap-model"][0][0] == "train"
+    # the bootstrap model is trained where stream.model points and becomes the registry's current version
+    train, add = (_parse(a) for a in argvs["bootstrap-model"])
+    prod = load_settings(Settings, ROOT / "configs" / "production.yaml")
+    assert prod.registry.enabled
+    assert train.out == add.model == prod.stream.model == as_env(c["services"]["streamer"]["environment"])["KDSM_STREAM__MODEL"]
+    assert (add.command, add.action, add.promote) == ("models", "add", True)
     assert argvs["retrain-watch"][0][:2] == ["retrain", "--watch"]
     # the config they read is the mounted production profile
     for name in argvs:

@@ -11,9 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_blobs
 
+from offline_train.config import load_settings
 from offline_train.detector import KDSM
 from streamer.archive import ArchiveSink, closed_files
 from streamer.cli import main
+from streamer.config import Settings
 from streamer.ops_config import ArchiveConfig
 from streamer.threshold_report import alert_rates
 from streamer.thresholds import ThresholdStore, connect
@@ -162,3 +164,23 @@ def test_empty_or_missing_archive_is_a_user_error(tmp_path, tiny_model_dir, caps
 def test_alert_rates_edges():
     s = np.array([1.0, 2.0, 2.0, 3.0])
     assert alert_rates(s, {"a": 2.0, "b": 3.5, "c": 0.0}) == {"a": 0.75, "b": 0.0, "c": 1.0}
+
+
+def test_default_model_is_the_registry_current_version(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
+    from streamer.registry import ModelRegistry
+
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    prefix = f"kdsm-rep-{unique}:"
+    cfg = tmp_path / "reg.yaml"
+    cfg.write_text(f"redis:\n  url: {redis_url}\n  key_prefix: '{prefix}'\n"
+                   f"registry:\n  enabled: true\n  store_dir: {tmp_path / 'store'}\n"
+                   f"archive:\n  dir: {root}\n")
+    argv = ["thresholds", "report", "--config", str(cfg), "--out", str(tmp_path / "x.png"), "--json"]
+    assert main(argv) == 2  # registry empty and no stream.model
+    assert "no model" in capsys.readouterr().err
+    reg = ModelRegistry.from_settings(load_settings(Settings, cfg))
+    version = reg.add(tiny_model_dir)
+    reg.promote(version, reason="test", force=True)
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["version"] == version == model.version_
