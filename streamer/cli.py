@@ -26,7 +26,7 @@ COMMAND_MODULES = [
     "streamer.ops_commands",
 ]
 # Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
-BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli", "streamer.bench"]
+BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli", "streamer.bench", "streamer.ops_bench"]
 
 USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError)
 
