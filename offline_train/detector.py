@@ -159,7 +159,9 @@ class KDSM:
         self.n_features_in_ = len(names)
         self.scaler_, self.sigmas_, self.kappas_ = scaler, sig.sigmas_, sig.kappas_
         torch.manual_seed(t.seed)
-        self.net_ = ScoreNet.from_config(len(names), self.model)
+        # The profile sizes the network unless the model config sets width/depth itself.
+        self.model_ = t.model_for(self.model)
+        self.net_ = ScoreNet.from_config(len(names), self.model_)
         Z = scaler.transform(train_X)
         steps = t.budget(len(Z))
         self.train_summary_: TrainSummary = train_score_net(
@@ -254,7 +256,7 @@ class KDSM:
             "sigmas": self.sigmas_.tolist(),
             "kappas": self.kappas_.tolist(),
             "sigma_config": self.sigma.model_dump(),
-            "model_config": {"d": self.n_features_in_, **self.model.model_dump()},
+            "model_config": {"d": self.n_features_in_, **self.model_.model_dump()},
             "ema_config": self.ema.model_dump(),
             "train_config": self.train.model_dump(),
             "thresholds": self.thresholds_,
@@ -284,6 +286,7 @@ class KDSM:
             det.scaler_ = Scaler.from_dict(meta["scaler"])
             det.sigmas_ = np.asarray(meta["sigmas"], float)
             det.kappas_ = np.asarray(meta["kappas"], float)
+            det.model_ = det.model
             det.net_ = ScoreNet.from_config(d, det.model)
             det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
             det.device_ = resolve_device(device)

@@ -76,11 +76,23 @@ def dataset_paths(data_dir: Path, names: Iterable[str] | None = None) -> list[Pa
 
 
 def config_id(settings) -> str:
-    """Short hash of everything that changes a deep model (not the seed, device or thread count)."""
+    """Short hash of everything that changes a deep model (not the seed, device or thread count).
+
+    The step budget enters as resolved from the profile, so ``--profile fast``
+    and the same budget set explicitly share rows.
+    """
     dump = settings.model_dump(include={"sigma", "model", "ema", "train", "data"},
-                               exclude={"train": {"seed", "device", "threads"}, "data": {"batch_rows", "features", "id_column",
-                                                                                       "timestamp_column", "label_column"}})
+                               exclude={"train": {"seed", "device", "threads", "profile", "steps", "epochs"},
+                                        "data": {"batch_rows", "features", "id_column", "timestamp_column", "label_column"}})
+    dump["budget"] = budget_rule(settings.train)
+    dump["model"] = settings.train.model_for(settings.model).model_dump()
     return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def budget_rule(train) -> str:
+    """``steps=N`` or ``epochs=N``: the step rule ``OptimConfig.budget`` applies."""
+    fixed = train.budget(1)
+    return f"steps={fixed}" if train.budget(10**6) == fixed else f"epochs={train.budget(train.batch_size)}"
 
 
 def key_of(row: dict) -> tuple:
