@@ -70,7 +70,7 @@ def rate_by_version(batches, version: str) -> tuple[float, int]:
 
 def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, tiny_model_dir, tmp_path):
     s = lifecycle_settings(kafka_bootstrap, redis_url, unique, tmp_path)
-    create_topics(s)
+    create_topics(s, partitions=2)
     reg = ModelRegistry.from_settings(s)
     v0 = reg.add(tiny_model_dir)
     reg.promote(v0)
@@ -87,15 +87,17 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
         n_sent += len(rows)
 
     collect = Collect()
-    st = StreamerThread(s, sinks=[collect]).start()
+    # Two streamers in one group, one partition each, sharing Redis, the archive and the store.
+    fleet = [StreamerThread(s, sinks=[collect]).start() for _ in range(2)]
+    assert wait_for(lambda: all(len(st.app.consumer.assignment()) == 1 for st in fleet), timeout=30)
     stop = threading.Event()
     blocking = redis.Redis.from_url(redis_url, decode_responses=True)
     results = []
     watcher = threading.Thread(target=lambda: results.extend(watch(s, reg, blocking, stop=stop, max_runs=1)), daemon=True)
     watcher.start()
-    provider = st.app.provider
+    providers = [st.app.provider for st in fleet]
     try:
-        assert provider.current().version_ == v0
+        assert all(p.current().version_ == v0 for p in providers)
         send(phase_a, "a")
         send(phase_b, "b")
         # Drift: one event in the Redis stream and on the Kafka topic, one retrain request.
@@ -108,19 +110,21 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
         v1 = results[0].version
         gate = reg.get(v1)["gate"]
         assert gate["passed"] and reg.get(v1)["data_window"]["usable_rows"] >= 500
-        # Running streamer switches between batches.
-        assert provider.wait_for(v1, timeout=15), "streamer did not swap"
+        # Running streamers switch between batches.
+        assert all(p.wait_for(v1, timeout=15) for p in providers), "a streamer did not swap"
+        assert reg.r.xlen(reg.keys.drift) == 1  # one shift seen by two streamers: one event (fleet cooldown)
         send(phase_c, "c")
         assert wait_for(lambda: rate_by_version(collect.batches, v1)[1] >= len(phase_c), timeout=40)
         # Rollback reaches the running streamer too.
         reg.rollback(reason="test")
-        assert provider.wait_for(v0, timeout=15), "rollback not applied"
+        assert all(p.wait_for(v0, timeout=15) for p in providers), "rollback not applied"
         send(phase_d, "d")
         assert wait_for(lambda: len(collect.ids()) >= n_sent, timeout=40)
     finally:
         stop.set()
-        st.stop()
-        close_parts(*st.app.sinks, st.app.provider)
+        for st in fleet:
+            st.stop()
+            close_parts(*st.app.sinks, st.app.provider)
         blocking.close()
 
     new = KDSM.load(reg.store.local_path(v1), device="cpu")
