@@ -49,7 +49,9 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
         if name in ("set", "reset"):
             q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
         q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
-    from .threshold_report import register_action  # `kdsm thresholds report` (streamer/threshold_report.py)
+    from .threshold_report import (
+        register_action,  # `kdsm thresholds report` (streamer/threshold_report.py)
+    )
     register_action(tsub, settings_cls)
 
     p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
@@ -58,7 +60,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--events", type=int, default=3000, help="events to replay (the data set is cycled)")
     p.add_argument("--rate", type=float, default=500.0, help="events per second")
     p.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds at the latest")
-    p.add_argument("--steps", type=int, default=600, help="training steps of the demo model")
+    p.add_argument("--steps", type=int, default=400, help="training steps of the demo model")
     p.add_argument("--workdir", help="where the model, report and logs go (default: a new temp directory)")
     p.add_argument("--metrics-port", type=int, default=0, help="metrics port (default: a free one)")
     p.set_defaults(func=lambda a: _demo(a, settings_cls))

@@ -1,0 +1,26 @@
+"""``kdsm demo`` runs end to end on embedded defaults and stops what it started."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from streamer import local_services
+from streamer.config import Settings
+from streamer.demo import run_demo
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_trains_streams_prints_alerts_and_cleans_up(tmp_path):
+    lines: list[str] = []
+    assert run_demo(Settings, events=400, rate=2000, duration=60, steps=20, workdir=str(tmp_path), out=lines.append) == 0
+    text = "\n".join(lines)
+    assert "done: 400 events scored" in text
+    ports = [int(m) for m in re.findall(r"started \w+ at (?:redis://)?127\.0\.0\.1:(\d+)", text)]
+    assert len(ports) == 2 and not any(local_services.port_open("127.0.0.1", p) for p in ports)
+    n_alerts = int(re.search(r"(\d+) alerts", text).group(1))
+    assert sum(line.startswith("ALERT ") for line in lines) == n_alerts
+    assert (tmp_path / "model" / "report" / "report.json").exists()
+    assert b"kdsm_events_total" in (tmp_path / "metrics.txt").read_bytes()
