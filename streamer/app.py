@@ -59,6 +59,7 @@ from .scorer import Scorer, ScoreResult
 log = logging.getLogger("kdsm.stream")
 
 _LATENCY_SAMPLES = 32  # per batch, for the e2e histogram (no per-event metric calls)
+_BUSY_WAIT_MS = 20
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -127,7 +128,10 @@ class StreamApp:
                 self.metrics.last_loop = time.time()
                 model = self.provider.current()
                 self._use_model(model)
-                rb = poll_batch(self.consumer, sc.max_batch, sc.max_wait_ms)
+                # While a batch is being scored or awaits its acks, poll briefly so it is published and
+                # committed soon; a full batch returns at once either way.
+                busy = self._pending is not None or len(self.checkpoint.in_flight) > 0
+                rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms)
                 if self.consumer.assignment():
                     self.ready.set()
                 nxt = self._prepare(rb, model) if len(rb) else None  # its scoring starts now, in the background
