@@ -234,7 +234,9 @@ class ThresholdOps:
         try:
             client.ping()
         except (redis.RedisError, OSError) as e:
-            raise ThresholdError(f"Redis at {r.url} is unreachable: {e}") from None
+            from .config_render import mask_url  # a password in the URL never reaches the terminal
+
+            raise ThresholdError(f"Redis at {mask_url(r.url)} is unreachable: {e}") from None
         return cls(ThresholdStore(client, r.key_prefix), model)
 
     def _effective(self) -> tuple[dict[str, dict], dict[str, float]]:
