@@ -78,13 +78,19 @@ def _model_path(a, s) -> str:
 
 
 def _stream(a, settings_cls) -> int:
+    from .checkpoint import DeliveryError
     from .logs import setup_logging
     from .service import run_stream
 
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
     # With registry.enabled the model may come from the registry alone (streamer.lifecycle checks).
-    counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
+    try:
+        counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
+    except DeliveryError as e:
+        # The unacknowledged batch's offsets were not committed: a restart re-reads it (at least once).
+        print(f"kdsm stream: stopped: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(counts))
     return 0
 
