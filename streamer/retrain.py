@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from prometheus_client import Counter
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, ResponseError
 
 from offline_train.artifact import ArtifactError
@@ -332,7 +333,18 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     last_start_ms = 0
     block_ms = int(settings.retrain.watch_block_s * 1000)
     while not stop.is_set() and (max_runs is None or len(results) < max_runs):
-        got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
+        try:
+            got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
+        except RedisConnectionError as e:  # Redis restarting: wait and read again, never exit on it
+            log.warning("retrain watch: Redis unavailable (%s); retrying", e)
+            stop.wait(min(5.0, settings.retrain.watch_block_s))
+            continue
+        except ResponseError as e:
+            if "NOGROUP" not in str(e):
+                raise
+            # The stream was deleted (or Redis lost its data): recreate the group and go on.
+            blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
+            continue
         msgs = [m for _, batch in (got or []) for m in batch]
         if not msgs:
             continue
