@@ -37,6 +37,7 @@ class KafkaConfig(Section):
     session_timeout_ms: int = Field(10000, gt=0, description="group session timeout; a dead streamer's partitions move after this")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="group heartbeat interval (< session_timeout_ms / 3)")
     max_poll_interval_ms: int = Field(300000, gt=0, description="longest pause between polls before the group evicts the consumer")
+    fetch_max_wait_ms: int = Field(20, ge=0, description="longest the broker may hold a fetch; some brokers (Tansu) wait it out even with data ready, so it bounds latency")
     max_event_bytes: int = Field(65536, gt=0, description="larger events go to the dead-letter topic as 'oversized'")
     linger_ms: int = Field(5, ge=0, description="producer: wait this long to fill a batch of alerts")
     producer_batch_bytes: int = Field(262144, gt=0, description="producer: bytes per partition batch")

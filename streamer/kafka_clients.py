@@ -34,7 +34,8 @@ def make_consumer(k, group_id: str | None = None, **extra) -> KafkaConsumer:
     return KafkaConsumer(group_id=group_id if group_id is not None else k.group_id, client_id=k.client_id,
                          enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
                          session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
-                         max_poll_interval_ms=k.max_poll_interval_ms, **client_kwargs(k), **extra)
+                         max_poll_interval_ms=k.max_poll_interval_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
+                         **client_kwargs(k), **extra)
 
 
 def make_producer(k, **extra) -> KafkaProducer:
