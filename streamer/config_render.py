@@ -210,16 +210,40 @@ def default_yaml(settings_cls) -> str:
     return DEFAULT_HEADER + render_yaml(settings_cls.model_construct(), mask=False)
 
 
+REF_BEGIN = "<!-- BEGIN CONFIG REFERENCE (generated: python -m streamer.config_render docs) -->"
+REF_END = "<!-- END CONFIG REFERENCE -->"
+
+
+def replace_reference(markdown: str, table: str) -> str:
+    """``markdown`` with the text between the reference markers replaced by ``table``.
+
+    >>> replace_reference(f"a\\n{REF_BEGIN}\\nold\\n{REF_END}\\nb", "| new |\\n").splitlines()[2]
+    '| new |'
+    """
+    head, sep, rest = markdown.partition(REF_BEGIN)
+    _, sep2, tail = rest.partition(REF_END)
+    if not sep or not sep2:
+        raise ValueError("reference markers not found")
+    return f"{head}{REF_BEGIN}\n{table}{REF_END}{tail}"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    from pathlib import Path
 
     from .config import Settings
 
     p = argparse.ArgumentParser(prog="python -m streamer.config_render",
-                                description="print configs/default.yaml or the Markdown configuration reference")
-    p.add_argument("what", choices=["default", "reference"])
+                                description="print configs/default.yaml or the Markdown configuration reference, "
+                                            "or refresh the reference in docs/operations.md")
+    p.add_argument("what", choices=["default", "reference", "docs"])
+    p.add_argument("--docs", default="docs/operations.md", help="file whose reference section `docs` rewrites")
     a = p.parse_args(argv)
-    print(default_yaml(Settings) if a.what == "default" else reference_table(Settings), end="")
+    if a.what == "docs":
+        path = Path(a.docs)
+        path.write_text(replace_reference(path.read_text(), reference_table(Settings)))
+    else:
+        print(default_yaml(Settings) if a.what == "default" else reference_table(Settings), end="")
     return 0
 
 

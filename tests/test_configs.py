@@ -109,3 +109,14 @@ def test_reference_table_lists_every_key_with_its_env_var():
     for k in iter_keys(Settings):
         assert f"| `{k.path}` | `{k.env}` |" in table
     assert "KDSM_KAFKA__SASL_PASSWORD" in table and "KDSM_DRIFT__ADWIN__DELTA" in table
+
+
+def test_docs_configuration_reference_is_current():
+    from streamer.config_render import REF_BEGIN, REF_END
+
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text.split(REF_BEGIN, 1)[1].split(REF_END, 1)[0]
+    assert section.strip() == reference_table(Settings).strip(), "stale: python -m streamer.config_render docs"
+    # the ops guide links the retraining guide and the streaming reference, which exist
+    for link in re.findall(r"\]\(([\w.-]+\.md)", text):
+        assert (ROOT / "docs" / link).is_file(), link
