@@ -1,0 +1,51 @@
+"""deploy/local/start.sh and stop.sh: idempotent, and a clear message when a port is taken."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from streamer.local_services import free_port, port_open
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, state: Path, kport: int, rport: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KDSM_LOCAL_STATE": str(state), "KAFKA_PORT": str(kport), "REDIS_PORT": str(rport)}
+    return subprocess.run(["bash", str(ROOT / "deploy" / "local" / script)], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_taken_port_is_reported_not_fought_over(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        r = _run("start.sh", tmp_path, taken, free_port())
+        assert r.returncode == 1
+        assert f"port {taken} on 127.0.0.1 is already taken by another program" in r.stderr
+        assert "KAFKA_PORT=" in r.stderr and "Traceback" not in r.stderr
+        # stop.sh leaves the other program alone (only services with our pid file are stopped)
+        s = _run("stop.sh", tmp_path, taken, free_port())
+        assert s.returncode == 0 and "kafka: was not running" in s.stdout
+        assert port_open("127.0.0.1", taken)
+
+
+def test_start_and_stop_are_idempotent(tmp_path):
+    kport, rport = free_port(), free_port()
+    try:
+        first = _run("start.sh", tmp_path, kport, rport)
+        assert first.returncode == 0, first.stderr
+        assert port_open("127.0.0.1", kport) and port_open("127.0.0.1", rport)
+        pids = {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))}
+        second = _run("start.sh", tmp_path, kport, rport)
+        assert second.returncode == 0 and "KDSM_KAFKA__BOOTSTRAP=127.0.0.1:%d" % kport in second.stdout
+        assert {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))} == pids
+    finally:
+        stop = _run("stop.sh", tmp_path, kport, rport)
+    assert stop.returncode == 0 and "kafka: stopped" in stop.stdout and "redis: stopped" in stop.stdout
+    assert not port_open("127.0.0.1", kport) and not port_open("127.0.0.1", rport)
+    again = _run("stop.sh", tmp_path, kport, rport)
+    assert again.returncode == 0 and "kafka: was not running" in again.stdout
