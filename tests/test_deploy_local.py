@@ -41,7 +41,7 @@ def test_start_and_stop_are_idempotent(tmp_path):
         assert port_open("127.0.0.1", kport) and port_open("127.0.0.1", rport)
         pids = {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))}
         second = _run("start.sh", tmp_path, kport, rport)
-        assert second.returncode == 0 and "KDSM_KAFKA__BOOTSTRAP=127.0.0.1:%d" % kport in second.stdout
+        assert second.returncode == 0 and f"KDSM_KAFKA__BOOTSTRAP=127.0.0.1:{kport}" in second.stdout
         assert {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))} == pids
     finally:
         stop = _run("stop.sh", tmp_path, kport, rport)
