@@ -24,7 +24,8 @@ a temporary name, fsyncs it and renames it into place, so readers never see
 half a file. A streamer that crashed leaves its spool behind; the
 next streamer to start on the same directory recovers it (the spool is
 ``flock``-ed while its owner lives). The one loss window is a crash between
-the commit and the spool fsync of that batch (milliseconds, one batch);
+a commit and the spool fsync of the batches it covered (milliseconds; at most
+``stream.max_in_flight`` batches, which one commit may cover);
 archiving before the commit would close it but archive rows whose commit may
 never happen. Duplicates: a batch replayed after a failed commit is archived
 again only if it is committed again, so duplicates come only from the broker's
