@@ -264,6 +264,24 @@ def test_prometheus_scrapes_every_streamer_on_the_metrics_port():
     assert str(s.metrics.port) in [str(p) for p in streamer["expose"]]
 
 
+def test_prometheus_rules_are_loaded_and_use_exported_metrics():
+    c = load_compose("compose.yaml")
+    prom = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    mounted = {m["target"]: c["configs"][m["source"]]["file"] for m in c["services"]["prometheus"]["configs"]}
+    for rule_file in prom["rule_files"]:
+        assert rule_file in mounted
+        rules = yaml.safe_load((DEPLOY / mounted[rule_file]).read_text())
+        exported = _exported_sample_names()
+        n = 0
+        for group in rules["groups"]:
+            for rule in group["rules"]:
+                names = set(re.findall(r"\bkdsm_[a-z0-9_]+", rule["expr"]))
+                assert names and names <= exported, f"{rule['alert']}: {names - exported}"
+                assert rule["annotations"]["summary"] and rule["labels"]["severity"]
+                n += 1
+        assert n >= 4
+
+
 def test_gpu_overlay_reserves_an_nvidia_gpu():
     c = load_compose("compose.yaml", "compose.gpu.yaml")
     for name in ("streamer", "retrain"):
