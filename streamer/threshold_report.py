@@ -191,11 +191,12 @@ def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(bottom=0.7)  # single far outliers (count 1) stay visible
     ax.set_ylabel("events")
     w = report.window
-    ax.set_title(f"model {report.version}: {w['first']} .. {w['last']}{' (rescored)' if w['rescored'] else ''}; "
+    fig.suptitle(f"model {report.version}: {w['first']} .. {w['last']}{' (rescored)' if w['rescored'] else ''}; "
                  f"thresholds from {report.thresholds_source}", fontsize=10)
-    ax.legend(loc="upper left", fontsize=9)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=9, frameon=False)  # above the bars and labels
     grid = np.logspace(lo, hi, 400)
     ss, cs = np.sort(scores), np.sort(calibration_scores)
     ax2.plot(grid, (len(ss) - np.searchsorted(ss, grid, side="left")) / max(len(ss), 1), color="#4c72b0",
