@@ -67,12 +67,12 @@ def _retrain(a, settings_cls) -> int:
     from .registry import redis_client
     from .retrain import request_retrain, run_retrain, watch
 
-    setup_logging(a.log_level)
     s = load_settings(settings_cls, a.config)
     reg = _registry(s)
     if a.request:
         _print({"requested": request_retrain(reg, a.reason or "manual"), "stream": reg.keys.requests})
         return 0
+    setup_logging(a.log_level)
     if a.watch:
         results = watch(s, reg, redis_client(s.redis, blocking=True), max_runs=a.max_runs)
         _print([r.to_dict() for r in results])
