@@ -102,8 +102,8 @@ def _consume_only(k, topic: str, n: int, max_batch: int) -> float:
 
 
 def _scorer_only(model: KDSM, X: np.ndarray, max_batch: int, repeats: int = 3) -> float:
-    """Rows/s of the forward pass alone, run on a worker thread as the stream runs it (torch's CPU
-    thread pools are per calling thread, so the main thread would measure a different setup)."""
+    """Rows/s of the forward pass alone, called from a worker thread as the stream calls it (under
+    load the same pass measured 2-3x slower from the main thread, see docs/streaming.md)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=1) as ex:
