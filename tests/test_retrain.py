@@ -214,3 +214,27 @@ def second_model(tmp_path_factory):
 
     return KDSM(model=ModelConfig(width=32, depth=1), train=OptimConfig(steps=60, seed=9)).fit(X).save(
         tmp_path_factory.mktemp("m") / "second")
+
+
+def test_gate_compares_with_current_on_labelled_rows(tmp_path, redis_url, unique, tiny_model_dir):
+    from offline_train.data import write_parquet
+
+    # Labelled rows where the "anomalies" are the shifted regime: the current model catches them, a model
+    # retrained on the shifted archive cannot, so the gate must refuse it.
+    normal = make_blobs(n=1800, seed=0)[0][1200:]
+    anomalies = shifted(100, 0)[:100]
+    Xl = np.vstack([normal, anomalies])
+    yl = np.r_[np.zeros(len(normal)), np.ones(len(anomalies))].astype(int)
+    labelled = write_parquet(tmp_path / "labelled.parquet", Xl, FEATURES, y=yl)
+    # A wide alert-rate bound isolates the labelled check.
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique, gate_labelled_data=str(labelled),
+                                                  gate_max_alert_ratio=50.0))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(2000, 10))
+    res = run_retrain(s, reg)
+    assert res.status == "rejected" and "AUC-PR" in res.reason, res.reason
+    labels = res.details["gate"]["checks"]["labels"]
+    assert labels["new"]["auc_pr"] < labels["current"]["auc_pr"] - s.retrain.gate_max_auc_pr_drop
+    assert reg.current_version() == v0
