@@ -42,6 +42,15 @@ class TopicReader:
         return self.values
 
 
+def _wait_log(path, needle: str, count: int, timeout: float = 40.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.read_text().count(needle) >= count:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _start(cfg, model_dir, log):
     return subprocess.Popen([sys.executable, "-m", "streamer.cli", "stream", "--config", cfg, "--model", model_dir],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -60,11 +69,11 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
     values = [event(f"e{i}", x, model.feature_names_) if i % 50 else b"not json" for i, x in enumerate(X)]
     n_bad = sum(1 for v in values if v == b"not json")
 
-    def produce_slowly():  # ~600 events/s, so the kill lands mid-stream
+    def produce_slowly():  # ~400 events/s, so the kill lands mid-stream
         p = make_producer(s.kafka)
         for i, v in enumerate(values):
             p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=v)
-            if i % 60 == 59:
+            if i % 40 == 39:
                 p.flush()
                 time.sleep(0.1)
         p.flush()
@@ -72,8 +81,11 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
 
     alerts = TopicReader(kafka_bootstrap, s.kafka.alerts_topic)
     dead = TopicReader(kafka_bootstrap, s.kafka.deadletter_topic)
-    log = open(tmp_path / "stream.log", "ab")
+    log_path = tmp_path / "stream.log"
+    log = open(log_path, "ab")
     proc = _start(str(cfg), str(tiny_model_dir), log)
+    # Produce only once the streamer consumes, so the kill lands mid-stream rather than after a backlog.
+    assert _wait_log(log_path, '"event": "partitions_assigned"', 1), log_path.read_text()[-3000:]
     producer = threading.Thread(target=produce_slowly)
     producer.start()
     try:
@@ -93,6 +105,8 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
             if len(ids) >= len(values) - n_bad and len(dead.values) >= n_bad:
                 break
         producer.join(30)
+        # Signal handlers are installed before the "started" line: SIGTERM now tests the graceful path.
+        assert _wait_log(log_path, '"event": "started"', 2)
         os.kill(proc.pid, signal.SIGTERM)  # graceful: finish the batch, drain, commit, close
         assert proc.wait(20) == 0
     finally:
