@@ -96,7 +96,12 @@ def _run(a, settings_cls) -> int:
     title = (f"ADBench {a.setting}, {a.split} split, profile {settings.train.profile}, seeds "
              f"{','.join(map(str, spec.seeds))}, config {info['config']}")
     md = markdown_tables(rows, ref, methods, metrics=("aucpr", "aucroc", "f1"))
-    header = (f"# {title}\n\nWall time of this invocation: {info['wall_seconds']} s (CPU {info['cpu_seconds']} s); "
+    ok = [r for r in rows if r["status"] == "ok"]
+    fit_total = sum(float(r["fit_s"]) + float(r["score_s"]) for r in ok)
+    cpu_total = sum(float(r["fit_cpu_s"]) for r in ok)
+    header = (f"# {title}\n\n{len(ok)} runs ok. Fit + score time summed over the runs in the CSV: {fit_total:.0f} s "
+              f"(fit CPU time {cpu_total:.0f} s). Wall time of this invocation: {info['wall_seconds']} s "
+              f"(CPU {info['cpu_seconds']} s); "
               f"machine: {info['machine']['cpu']}, {info['machine']['cores']} cores, device {info['machine']['device']}, "
               f"bf16 {info['machine']['bf16']}.\n\n")
     (spec.out / "report.md").write_text(header + md)
