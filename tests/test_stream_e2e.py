@@ -25,6 +25,11 @@ from streamer.alerts import alert_id
 
 pytestmark = pytest.mark.integration
 
+class Boom:
+    def on_committed(self, batch):
+        raise RuntimeError("sink failure")
+
+
 ALERT_FIELDS = {"alert_id", "event_id", "event_time", "scored_at", "score", "p_value", "severity", "threshold",
                 "model_version", "schema_hash", "source", "top_features"}
 
@@ -55,7 +60,7 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=64)
     create_topics(s)
     sink = Collect()
-    st = StreamerThread(s, sinks=[sink]).start()
+    st = StreamerThread(s, sinks=[Boom(), sink]).start()  # a failing sink must not stop the others or the stream
     try:
         produce(s, values)
         assert wait_for(lambda: len(sink.ids()) >= len(valid_ids), timeout=30), "not every valid event was committed"
@@ -97,3 +102,4 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     # Metrics say the same.
     assert f'kdsm_dead_letters_total{{reason="invalid_json"}} {float(sum(r == "invalid_json" for *_, r in kinds))}' in metrics
     assert "kdsm_last_commit_timestamp_seconds" in metrics and "kdsm_scorer_device_info" in metrics
+    assert f'kdsm_sink_errors_total{{sink="Boom"}} {float(len(sink.batches))}' in metrics

@@ -6,7 +6,15 @@ from collections import Counter
 
 import pytest
 from conftest import make_blobs
-from stream_support import Collect, StreamerThread, create_topics, event, make_settings, produce, wait_for
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    event,
+    make_settings,
+    produce,
+    wait_for,
+)
 
 from offline_train.detector import KDSM
 
