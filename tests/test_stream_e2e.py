@@ -103,3 +103,24 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     assert f'kdsm_dead_letters_total{{reason="invalid_json"}} {float(sum(r == "invalid_json" for *_, r in kinds))}' in metrics
     assert "kdsm_last_commit_timestamp_seconds" in metrics and "kdsm_scorer_device_info" in metrics
     assert f'kdsm_sink_errors_total{{sink="Boom"}} {float(len(sink.batches))}' in metrics
+
+
+def test_backpressure_pauses_partitions_and_commits_everything(kafka_bootstrap, redis_url, unique, tiny_model_dir):
+    """With max_in_flight=1 and slow acks (linger 200 ms), every batch waits paused for its acks."""
+    det = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50, max_in_flight=1)
+    s.kafka.linger_ms = 200
+    create_topics(s)
+    X = make_blobs(n=1500, seed=0)[0][1200:]
+    values = [event(f"e{i}", x, det.feature_names_) for i, x in enumerate(X)] + [b"oops"]
+    sink = Collect()
+    st = StreamerThread(s, sinks=[sink]).start()
+    try:
+        produce(s, values)
+        assert wait_for(lambda: len(sink.ids()) >= len(X), timeout=30)
+        paused = st.app.metrics.registry.get_sample_value("kdsm_backpressure_pauses_total")
+    finally:
+        st.stop()
+    assert sorted(sink.ids()) == sorted(f"e{i}" for i in range(len(X)))
+    assert paused >= 3
+    assert not st.app.checkpoint.in_flight  # nothing left unacknowledged after shutdown
