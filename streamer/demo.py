@@ -6,7 +6,9 @@
    ``offline_train/data/cardio.parquet``), writing the artifact and its report;
 3. runs the streamer and replays the same rows, shuffled, as a live stream
    (labels are never sent; the demo keeps them to say which alerts were real
-   anomalies);
+   anomalies); halfway through it lowers the warning threshold in Redis to the
+   calibration q0.90, as ``kdsm thresholds set`` would, and the alert rate
+   follows live;
 4. prints each alert on one line as it arrives, then a summary with where the
    report, the metrics and the logs are;
 5. stops everything it started, also on Ctrl-C.
@@ -46,6 +48,7 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
     from .logs import setup_logging
     from .replay import events_from_table
     from .service import build_app
+    from .thresholds import ThresholdOps
 
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdsm-demo-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -115,8 +118,16 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         reader.assign([TopicPartition(s.kafka.alerts_topic, 0)])
         reader.seek_to_beginning()
         seen, true_alerts = 0, 0
+        switched = False
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
+            if not switched and replayed["events"] >= events // 2:
+                # Live ops, as `kdsm thresholds set --severity warning --quantile 0.9` would do: the data is
+                # ~10 % anomalies, so the artifact's q0.99 warning threshold alerts on few of them.
+                switched = True
+                change = ThresholdOps.from_settings(s, app.provider.current()).set("warning", quantile=0.9, by="kdsm demo")
+                out(f"-- ops: warning threshold {change['old']:.2f} -> {change['new']:.2f} (calibration q0.90) in Redis; "
+                    f"the streamer picks it up within a second --")
             for recs in reader.poll(timeout_ms=200).values():
                 for r in recs:
                     a = json.loads(r.value)
