@@ -27,7 +27,14 @@ import torch
 
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
 from .calibrate import Calibration, severity_of
-from .config import CalibrationConfig, EMAConfig, ModelConfig, OptimConfig, SigmaConfig, TrainSettings
+from .config import (
+    CalibrationConfig,
+    EMAConfig,
+    ModelConfig,
+    OptimConfig,
+    SigmaConfig,
+    TrainSettings,
+)
 from .data import DataError, ParquetSource, bounded_sample
 from .model import ScoreNet, resolve_device
 from .scaler import ColumnMoments, Scaler
@@ -117,7 +124,7 @@ class KDSM:
         sig = KurtosisSigmas.from_config(self.sigma).fit_batches(train_batches, scaler)
         def split_batches(want_holdout: bool):
             offset = 0
-            for Xb, yb in source.batches():
+            for Xb, _ in source.batches():
                 m = holdout(offset, len(Xb))
                 offset += len(Xb)
                 yield Xb[m if want_holdout else ~m], None

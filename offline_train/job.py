@@ -37,7 +37,7 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
-               "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist())),
+               "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist(), strict=True)),
                "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,
                "train": {k: v for k, v in ts.to_dict().items() if k != "loss_curve"}}
     if source.has_labels:

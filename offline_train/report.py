@@ -39,7 +39,8 @@ def write_report(out_dir: Path, summary: dict, det) -> dict[str, str]:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.hist(det.calibration_.scores, bins=60, color="tab:grey")
-    for (name, t), color in zip(sorted(det.thresholds_.items(), key=lambda kv: kv[1]), ("tab:orange", "tab:red", "tab:purple")):
+    colors = ("tab:orange", "tab:red", "tab:purple", "tab:brown", "black")
+    for (name, t), color in zip(sorted(det.thresholds_.items(), key=lambda kv: kv[1]), colors, strict=False):
         ax.axvline(t, color=color, label=f"{name} = {t:.3g} (q{det.calibration_.quantiles[name]})")
     ax.set_xlabel("anomaly score")
     ax.set_ylabel("calibration rows")

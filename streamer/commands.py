@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                         ("set", "override one severity's threshold by --quantile or --score"),
                         ("reset", "drop overrides (one --severity or all), back to the artifact's thresholds")):
         q = tsub.add_parser(name, help=help_)
-        q.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
+        q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
+                                       "registry.enabled, else stream.model)")
         q.add_argument("--config", help="YAML config file")
         if name == "set":
             q.add_argument("--severity", required=True, help="severity name, e.g. warning or critical")
@@ -71,10 +72,10 @@ def _settings(a, settings_cls):
 
 
 def _model_path(a, s) -> str:
-    path = a.model or s.stream.model
-    if not path:
-        raise FileNotFoundError("no model: pass --model DIR or set stream.model in the config")
-    return path
+    """--model, else the model the fleet serves (the registry's current version, else stream.model)."""
+    from .registry import serving_model_dir
+
+    return a.model or serving_model_dir(s)
 
 
 def _stream(a, settings_cls) -> int:

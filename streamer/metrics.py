@@ -1,7 +1,9 @@
 """Prometheus metrics of the streamer and the HTTP server for ``/metrics`` and ``/healthz``.
 
 Each ``StreamMetrics`` has its own registry, so several streamers (or tests)
-in one process do not collide. ``/healthz`` answers 200 while the consumer
+in one process do not collide. ``/metrics`` also serves prometheus_client's
+process-wide registry, where the lifecycle modules (archive, drift, registry,
+retrain) keep their counters, and the process/GC collectors live. ``/healthz`` answers 200 while the consumer
 loop has completed an iteration within ``stale_s`` seconds, else 503.
 
 >>> m = StreamMetrics()
@@ -16,7 +18,14 @@ import threading
 import time
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 _LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,7 +57,8 @@ class StreamMetrics:
         self.last_loop = time.time()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """This streamer's metrics, then the process-wide ones (names do not overlap)."""
+        return generate_latest(self.registry) + generate_latest(REGISTRY)
 
 
 class _QuietHandler(WSGIRequestHandler):

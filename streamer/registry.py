@@ -387,3 +387,21 @@ class RegistryModelProvider:
                 self._stop.wait(min(5.0, self.check_interval_s))
         if pubsub is not None:
             pubsub.close()
+
+
+def serving_model_dir(settings) -> str:
+    """The artifact the streamers serve: the registry's current version when ``registry.enabled``, else ``stream.model``."""
+    if settings.registry.enabled:
+        import redis
+
+        try:
+            reg = ModelRegistry.from_settings(settings)
+            current = reg.current_version()
+        except (redis.RedisError, OSError) as e:
+            log.warning({"event": "registry_unreachable_using_stream_model", "error": str(e)})
+            current = None
+        if current is not None:
+            return str(reg.store.local_path(current))
+    if not settings.stream.model:
+        raise FileNotFoundError("no model: pass --model DIR, set stream.model, or promote a version in the registry")
+    return settings.stream.model

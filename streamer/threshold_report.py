@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .archive import closed_files
+from .registry import serving_model_dir
 from .thresholds import ThresholdError
 
 log = logging.getLogger("kdsm.thresholds")
@@ -251,26 +252,6 @@ def register_action(tsub, settings_cls) -> None:
     q.add_argument("--out", default="thresholds-report.png", help="PNG to write")
     q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     q.set_defaults(func=lambda a: run(a, settings_cls))
-
-
-def serving_model_dir(settings) -> str:
-    """The artifact the streamers serve: the registry's current version when ``registry.enabled``, else ``stream.model``."""
-    if settings.registry.enabled:
-        import redis
-
-        from .registry import ModelRegistry
-
-        try:
-            reg = ModelRegistry.from_settings(settings)
-            current = reg.current_version()
-        except (redis.RedisError, OSError) as e:
-            log.warning({"event": "report_registry_unreachable", "error": str(e)})
-            current = None
-        if current is not None:
-            return str(reg.store.local_path(current))
-    if not settings.stream.model:
-        raise FileNotFoundError("no model: pass --model DIR, set stream.model, or promote a version in the registry")
-    return settings.stream.model
 
 
 def run(a, settings_cls) -> int:

@@ -5,7 +5,12 @@ import pytest
 from scipy.stats import norm, truncnorm
 
 from offline_train.scaler import Scaler
-from offline_train.sigmas import KurtosisSigmas, kurtosis_from_counts, rearranged_positions, sigma_from_kappa
+from offline_train.sigmas import (
+    KurtosisSigmas,
+    kurtosis_from_counts,
+    rearranged_positions,
+    sigma_from_kappa,
+)
 
 N = 40_000
 

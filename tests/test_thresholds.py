@@ -159,3 +159,27 @@ def test_redis_stopped_mid_stream_scoring_goes_on(tmp_path, kafka_bootstrap, uni
         assert {a["event_id"] for a in alerts} == {f"{p}{i}" for p in "ab" for i in range(len(X))}
     finally:
         svc.stop()
+
+
+def test_thresholds_cli_follows_the_registry(redis_url, tiny_model_dir, tmp_path, unique, monkeypatch, capsys):
+    """Without --model, `kdsm thresholds` acts on the registry's current version, not a stale stream.model."""
+    import json as _json
+
+    from streamer.cli import main
+    from streamer.registry import LocalArtifactStore, ModelRegistry
+
+    monkeypatch.setenv("KDSM_REDIS__URL", redis_url)
+    monkeypatch.setenv("KDSM_REDIS__KEY_PREFIX", f"reg{unique}:")
+    monkeypatch.setenv("KDSM_REGISTRY__ENABLED", "true")
+    monkeypatch.setenv("KDSM_REGISTRY__STORE_DIR", str(tmp_path / "store"))
+    monkeypatch.setenv("KDSM_STREAM__MODEL", str(tmp_path / "stale-model-that-does-not-exist"))
+    import redis
+
+    reg = ModelRegistry(redis.Redis.from_url(redis_url, decode_responses=True), LocalArtifactStore(tmp_path / "store"),
+                        f"reg{unique}:")
+    version = reg.add(tiny_model_dir)
+    reg.promote(version)
+    capsys.readouterr()
+    assert main(["thresholds", "show"]) == 0
+    shown = _json.loads(capsys.readouterr().out)
+    assert shown["version"] == version

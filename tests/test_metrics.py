@@ -1,0 +1,38 @@
+"""/metrics serves the streamer's own metrics and the lifecycle modules' counters; /healthz tracks the loop."""
+
+import time
+import urllib.error
+import urllib.request
+
+from streamer.drift import DRIFT_EVENTS
+from streamer.metrics import MetricsServer, StreamMetrics
+from streamer.retrain import RETRAIN_RUNS
+
+
+def _get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_endpoint_includes_lifecycle_counters_and_health():
+    m = StreamMetrics()
+    m.alerts.labels("critical").inc(2)
+    DRIFT_EVENTS.labels("adwin", "score").inc()
+    RETRAIN_RUNS.labels("promoted").inc()
+    server = MetricsServer(m, port=0, stale_s=0.5).start()
+    try:
+        status, body = _get(server.url + "/metrics")
+        assert status == 200
+        assert 'kdsm_alerts_total{severity="critical"} 2.0' in body
+        assert 'kdsm_drift_events_total{detector="adwin",signal="score"}' in body
+        assert 'kdsm_retrain_runs_total{outcome="promoted"}' in body
+        assert "process_cpu_seconds_total" in body or "python_gc" in body
+        m.last_loop = time.time()
+        assert _get(server.url + "/healthz")[0] == 200
+        m.last_loop = time.time() - 5
+        assert _get(server.url + "/healthz")[0] == 503
+    finally:
+        server.stop()
