@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -44,23 +45,33 @@ def _checksum(weights: Path, meta: dict) -> str:
     return h.hexdigest()
 
 
-def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
-    """Write atomically: build in a temp dir beside ``path``, then rename over it."""
+@contextmanager
+def atomic_directory(path: str | os.PathLike):
+    """Yield a temp dir beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    Readers (streamers loading a model) see the old directory or the new one, never half of one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
-        meta = {**meta, "format": FORMAT}
-        meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
-        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        yield tmp
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
+
+
+def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
+    """Write the artifact directory atomically."""
+    with atomic_directory(path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+        meta = {**meta, "format": FORMAT}
+        meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return Path(path)
 
 
 def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:

@@ -57,7 +57,7 @@ def run(d=21, width=512, depth=6, batch=128, copies=3, steps=150, warmup=20, rou
     load from another process skews one sample, not one configuration."""
     dev = resolve_device(device)
     precisions = ["fp32"] + (["bf16"] if bf16_supported(dev) else [])
-    result = {"machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+    result = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
                           "device": str(dev), "torch": torch.__version__, "load_avg_at_start": os.getloadavg(),
                           "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None},
               "config": {"d": d, "width": width, "depth": depth, "batch": batch, "copies": copies, "steps": steps,
@@ -98,7 +98,8 @@ def run(d=21, width=512, depth=6, batch=128, copies=3, steps=150, warmup=20, rou
     return result
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (benchmarks record the machine they ran on)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

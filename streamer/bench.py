@@ -32,6 +32,7 @@ import numpy as np
 
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
+from offline_train.speed import cpu_name
 
 from .app import StreamApp
 from .provider import StaticModelProvider
@@ -198,7 +199,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
 
         result = {
             "command": " ".join(["kdsm", *sys.argv[1:]]),
-            "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                         "device": str(model.device_), "load_avg": os.getloadavg()},
             "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap,
             "config": {"events": events, "max_batch": s.stream.max_batch, "max_wait_ms": s.stream.max_wait_ms,
@@ -219,16 +220,6 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
     finally:
         if broker:
             broker.stop()
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def register_bench(sub, settings_cls) -> None:

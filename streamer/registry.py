@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import Counter
 
-from offline_train.artifact import ArtifactError
+from offline_train.artifact import ArtifactError, atomic_directory
 from offline_train.detector import KDSM
 
 log = logging.getLogger("kdsm.registry")
@@ -128,16 +127,8 @@ class LocalArtifactStore:
 
     def put(self, version: str, src: str | os.PathLike) -> str:
         dst = self.local_path(version)
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=self.root))
-        try:
+        with atomic_directory(dst) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True)
-            if dst.exists():
-                shutil.rmtree(dst)
-            os.replace(tmp, dst)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return str(dst)
 
     def delete(self, version: str) -> None:
