@@ -101,9 +101,10 @@ class Service:
             raise ServiceError(f"port {self.port} on {self.host} is already taken by another program; "
                                f"stop it or choose another port for {self.name}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_file, "ab")
-        proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+        with open(self.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True,
+                                    env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         self.pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
