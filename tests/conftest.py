@@ -21,8 +21,9 @@ ADBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "adbe
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory) -> str:
-    if os.environ.get("KDSM_TEST_KAFKA"):
-        return os.environ["KDSM_TEST_KAFKA"]
+    if os.environ.get("KDSM_TEST_KAFKA"):  # started by deploy/local/run-tests.sh (CI)
+        yield os.environ["KDSM_TEST_KAFKA"]
+        return
     svc = local_services.Service("kafka", local_services.free_port(), tmp_path_factory.mktemp("kafka"))
     svc.start()
     yield svc.url
@@ -32,7 +33,8 @@ def kafka_bootstrap(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory) -> str:
     if os.environ.get("KDSM_TEST_REDIS"):
-        return os.environ["KDSM_TEST_REDIS"]
+        yield os.environ["KDSM_TEST_REDIS"]
+        return
     svc = local_services.Service("redis", local_services.free_port(), tmp_path_factory.mktemp("redis"))
     svc.start()
     yield svc.url
