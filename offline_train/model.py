@@ -15,6 +15,38 @@ import torch
 from torch import nn
 
 
+class Dropout(nn.Module):
+    """``nn.Dropout`` semantics (zero with probability p, scale the rest by 1/(1-p); identity in eval).
+
+    Why not ``nn.Dropout``: on CPU its mask comes from ``bernoulli_``, which measured 33% of a
+    training step of the 512x6 network (more than every matmul together); a mask from
+    ``torch.rand`` has the same distribution at about half the cost (``kdsm bench train``).
+
+    >>> d = Dropout(0.25).train()
+    >>> _ = torch.manual_seed(0)
+    >>> y = d(torch.ones(100_000))
+    >>> bool(torch.allclose(y[y != 0], torch.tensor(1 / 0.75))), round(float((y == 0).float().mean()), 2)
+    (True, 0.25)
+    >>> bool(torch.equal(d.eval()(torch.ones(3)), torch.ones(3)))
+    True
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        keep = torch.rand(x.shape, device=x.device) >= self.p
+        return x * (keep.to(x.dtype) * (1.0 / (1.0 - self.p)))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class ResidualBlock(nn.Module):
     """BatchNorm -> Linear -> ReLU -> Dropout -> Linear -> Dropout, plus the block input."""
 
@@ -24,9 +56,9 @@ class ResidualBlock(nn.Module):
             nn.BatchNorm1d(width),
             nn.Linear(width, width),
             nn.ReLU(),
-            nn.Dropout(dropout_hidden),
+            Dropout(dropout_hidden),
             nn.Linear(width, width),
-            nn.Dropout(dropout_residual),
+            Dropout(dropout_residual),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
