@@ -31,6 +31,21 @@ def make_settings(kafka_bootstrap: str, redis_url: str, unique: str, model: str 
     return s
 
 
+def produce_paced(s: Settings, values: list, per_flush: int, pause_s: float = 0.1) -> None:
+    """Produce ``values`` (keys k0, k1, ...) in flushed bursts of ``per_flush`` with a pause between,
+    so a kill in a crash test lands mid-stream."""
+    from streamer.kafka_clients import make_producer
+
+    p = make_producer(s.kafka)
+    for i, v in enumerate(values):
+        p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=v)
+        if i % per_flush == per_flush - 1:
+            p.flush()
+            time.sleep(pause_s)
+    p.flush()
+    p.close()
+
+
 def create_topics(s: Settings, partitions: int = 1) -> None:
     admin = KafkaAdminClient(bootstrap_servers=s.kafka.bootstrap)
     try:

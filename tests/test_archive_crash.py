@@ -17,11 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import make_blobs
-from stream_support import create_topics, event, make_settings
+from stream_support import create_topics, event, make_settings, produce_paced
 
 from offline_train.detector import KDSM
 from streamer.archive import SPOOL, archive_schema, closed_files, read_spool
-from streamer.kafka_clients import make_producer
 
 pytestmark = pytest.mark.integration
 
@@ -55,14 +54,7 @@ def test_sigkill_restart_recovers_the_spool(tmp_path, kafka_bootstrap, redis_url
     values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
 
     def produce_slowly():  # ~600 events/s, so the kill lands mid-stream
-        p = make_producer(s.kafka)
-        for i, v in enumerate(values):
-            p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=v)
-            if i % 60 == 59:
-                p.flush()
-                time.sleep(0.1)
-        p.flush()
-        p.close()
+        produce_paced(s, values, per_flush=60)
 
     log = open(tmp_path / "stream.log", "ab")
     proc = _start(str(cfg), str(tiny_model_dir), log)

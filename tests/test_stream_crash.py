@@ -18,10 +18,9 @@ import pytest
 import yaml
 from conftest import make_blobs
 from kafka import KafkaConsumer, TopicPartition
-from stream_support import create_topics, event, make_settings
+from stream_support import create_topics, event, make_settings, produce_paced
 
 from offline_train.detector import KDSM
-from streamer.kafka_clients import make_producer
 from streamer.thresholds import ThresholdStore, connect
 
 pytestmark = pytest.mark.integration
@@ -70,14 +69,7 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
     n_bad = sum(1 for v in values if v == b"not json")
 
     def produce_slowly():  # ~400 events/s, so the kill lands mid-stream
-        p = make_producer(s.kafka)
-        for i, v in enumerate(values):
-            p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=v)
-            if i % 40 == 39:
-                p.flush()
-                time.sleep(0.1)
-        p.flush()
-        p.close()
+        produce_paced(s, values, per_flush=40)
 
     alerts = TopicReader(kafka_bootstrap, s.kafka.alerts_topic)
     dead = TopicReader(kafka_bootstrap, s.kafka.deadletter_topic)
