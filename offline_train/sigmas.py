@@ -6,10 +6,19 @@ a ``bins``-bin histogram over the trimmed range, rearrange the bins by count
 of the positions, and map it to a noise scale with the affine rule
 ``sigma = base * (1 + c * (kappa - 3))`` clipped to the configured range.
 
-Everything is computed from bin counts, so statistics stream over record
-batches in bounded memory: pass 1 (the scaler's moments) gives each column's
-range, pass 2 a fine histogram whose cumulative counts locate the trim points
-(to within 1/8192 of the range), pass 3 the coarse histogram between them.
+Everything is computed from counts, so statistics stream over record batches
+in bounded memory: pass 1 gives each standardised column's range and the row
+count, pass 2 a fine histogram that locates the two cut ranks, pass 3 the
+exact values at those ranks (from the few values near them), pass 4 the
+coarse histogram of the kept values. The result equals sorting each column
+and keeping ranks ``[cut, n - cut)``, ``cut = int(n * trim)``, as the
+reference code does; ties at a cut are kept in part, not dropped together.
+
+A column that is not constant but whose kept values are all equal (a spike
+with rare departures, e.g. a count that is almost always 0) has no spread
+to measure; it is the heaviest tail there is and gets ``DEGENERATE_KAPPA``,
+so sigma is the clip's maximum. The reference code does the same (its
+kurtosis is NaN there, mapped to 1000).
 
 On the trim: the paper's algorithm has none; the reference code trims 2% per
 tail, and that is our default. Trimming truncates the marginal, so a Gaussian
@@ -38,6 +47,8 @@ import numpy as np
 from .scaler import Scaler
 
 FINE_BINS = 8192
+# kappa of a non-constant column whose kept values are all equal (see fit_batches).
+DEGENERATE_KAPPA = 1000.0
 
 
 def rearranged_positions(counts: np.ndarray) -> np.ndarray:
@@ -115,69 +126,113 @@ class KurtosisSigmas:
             return self
         if self.mode != "kurtosis":
             raise ValueError(f"unknown sigma mode {self.mode!r}")
-        # Pass 1 already happened in the scaler: ranges of the standardised columns.
-        lo0 = np.full(d, np.inf)
-        hi0 = np.full(d, -np.inf)
-        for X in batches():
-            Z = scaler.transform(X)
-            if len(Z):
-                lo0, hi0 = np.minimum(lo0, Z.min(0)), np.maximum(hi0, Z.max(0))
-        # Pass 2: fine histogram -> trim points.
+
+        def columns():
+            for X in batches():
+                Z = scaler.transform(X)
+                if len(Z):
+                    yield Z
+
+        # Pass 1: row count and range of each standardised column.
+        n, lo0, hi0 = 0, np.full(d, np.inf), np.full(d, -np.inf)
+        for Z in columns():
+            n += len(Z)
+            lo0, hi0 = np.minimum(lo0, Z.min(0)), np.maximum(hi0, Z.max(0))
+        if n == 0:
+            raise ValueError("no rows to compute sigmas from")
+        # The kept values are the sorted column's ranks [cut, n - cut), as in the reference code.
+        # Ties at a cut stay in part: trimming by value would drop a whole tied mass.
+        cut = int(n * self.trim)
+        ranks = (cut, n - cut - 1)
+        # Pass 2: a fine histogram locates the bin holding each cut rank.
         fine = np.zeros((d, FINE_BINS))
-        for X in batches():
-            Z = scaler.transform(X)
+        for Z in columns():
             for j in range(d):
                 fine[j] += _hist(Z[:, j], lo0[j], hi0[j], FINE_BINS)
+        windows = [[_rank_window(fine[j], lo0[j], hi0[j], r) for r in ranks] for j in range(d)]
+        # Pass 3: the exact values at the cut ranks, from the few values inside each window.
+        finders = [[_RankFinder(*w) for w in windows[j]] for j in range(d)]
+        for Z in columns():
+            for j in range(d):
+                for f in finders[j]:
+                    f.update(Z[:, j])
         lo, hi = np.empty(d), np.empty(d)
+        keep_lo, keep_hi = np.empty(d), np.empty(d)
         for j in range(d):
-            lo[j], hi[j] = _quantile_from_hist(fine[j], lo0[j], hi0[j], (self.trim, 1.0 - self.trim))
-        # Pass 3: coarse histogram of the kept values.
+            f_lo, f_hi = finders[j]
+            lo[j], hi[j] = f_lo.value_at(ranks[0]), f_hi.value_at(ranks[1])
+            # Copies of each cut value that are kept (all kept rows when lo == hi).
+            keep_lo[j] = min(f_lo.count_at_most(lo[j]), n - cut) - cut
+            keep_hi[j] = (n - cut) - f_hi.count_below(hi[j])
+        # Pass 4: the coarse histogram of the kept values over their own range.
         coarse = np.zeros((d, self.bins))
-        for X in batches():
-            Z = scaler.transform(X)
+        for Z in columns():
             for j in range(d):
                 z = Z[:, j]
-                z = z[(z >= lo[j]) & (z <= hi[j])]
-                coarse[j] += _hist(z, lo[j], hi[j], self.bins)
+                coarse[j] += _hist(z[(z > lo[j]) & (z < hi[j])], lo[j], hi[j], self.bins)
+        coarse[:, 0] += keep_lo
+        coarse[:, -1] += np.where(hi > lo, keep_hi, 0.0)  # lo == hi: one value, counted once
         kappas = np.empty(d)
         for j in range(d):
             if scaler.discrete_[j] or scaler.constant_[j]:
                 kappas[j] = self.discrete_kappa
                 continue
             k = kurtosis_from_counts(coarse[j], rearranged_positions(coarse[j]))
-            # All kept values in one bin: no spread to measure, treated like a constant column.
-            kappas[j] = self.discrete_kappa if np.isnan(k) else k
+            # All kept values equal although the column is not constant: a spike with rare
+            # departures, the heaviest tail there is (the reference code maps this NaN to 1000).
+            kappas[j] = DEGENERATE_KAPPA if np.isnan(k) else k
         self.kappas_ = kappas
         self.sigmas_ = sigma_from_kappa(kappas, self.base, self.c, self.clip)
         return self
 
 
 def _hist(z: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
-    """Equal-width counts over [lo, hi]; the maximum falls in the last bin."""
-    if len(z) == 0:
-        return np.zeros(bins)
+    """Equal-width counts over [lo, hi] (numpy's edges: the maximum falls in the last bin)."""
     if not hi > lo:
         out = np.zeros(bins)
         out[0] = len(z)
         return out
-    idx = np.floor((z - lo) / (hi - lo) * bins).astype(np.int64)
-    np.clip(idx, 0, bins - 1, out=idx)
-    return np.bincount(idx, minlength=bins).astype(np.float64)
+    return np.histogram(z, bins=bins, range=(lo, hi))[0].astype(np.float64)
 
 
-def _quantile_from_hist(counts: np.ndarray, lo: float, hi: float, qs: tuple[float, ...]) -> list[float]:
-    """Quantiles by linear interpolation inside the bin where the cumulative count crosses q*n."""
+def _rank_window(counts: np.ndarray, lo: float, hi: float, rank: int) -> tuple[float, float]:
+    """A value interval sure to hold the value of 0-based ``rank``: its fine bin, widened by one bin each side."""
     if not hi > lo:
-        return [lo for _ in qs]
-    n = counts.sum()
-    cum = np.cumsum(counts)
+        return lo, hi
+    k = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
     width = (hi - lo) / len(counts)
-    out = []
-    for q in qs:
-        target = q * n
-        k = int(np.searchsorted(cum, target, side="left"))
-        k = min(k, len(counts) - 1)
-        before = cum[k - 1] if k > 0 else 0.0
-        frac = 0.0 if counts[k] == 0 else (target - before) / counts[k]
-        out.append(lo + (k + float(np.clip(frac, 0, 1))) * width)
-    return out
+    return lo + (k - 1) * width, lo + (k + 2) * width
+
+
+class _RankFinder:
+    """Exact order statistics inside a value window: counts below it, and the values in it with their counts."""
+
+    def __init__(self, a: float, b: float):
+        self.a, self.b, self.below = a, b, 0
+        self.counts: dict[float, int] = {}
+
+    def update(self, z: np.ndarray) -> None:
+        self.below += int((z < self.a).sum())
+        vals, cnt = np.unique(z[(z >= self.a) & (z <= self.b)], return_counts=True)
+        for v, c in zip(vals.tolist(), cnt.tolist()):
+            self.counts[v] = self.counts.get(v, 0) + c
+
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        vals = np.array(sorted(self.counts), dtype=np.float64)
+        return vals, self.below + np.cumsum([self.counts[v] for v in vals.tolist()])
+
+    def value_at(self, rank: int) -> float:
+        vals, cum = self._table()
+        i = int(np.searchsorted(cum, rank, side="right"))
+        if rank < self.below or i >= len(vals):
+            raise RuntimeError("rank outside its window; the data changed between passes")
+        return float(vals[i])
+
+    def count_at_most(self, v: float) -> int:
+        vals, cum = self._table()
+        return int(cum[np.searchsorted(vals, v, side="right") - 1])
+
+    def count_below(self, v: float) -> int:
+        vals, cum = self._table()
+        i = int(np.searchsorted(vals, v, side="left"))
+        return int(cum[i - 1]) if i > 0 else self.below

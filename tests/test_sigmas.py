@@ -6,6 +6,7 @@ from scipy.stats import norm, truncnorm
 
 from offline_train.scaler import Scaler
 from offline_train.sigmas import (
+    DEGENERATE_KAPPA,
     KurtosisSigmas,
     kurtosis_from_counts,
     rearranged_positions,
@@ -96,12 +97,45 @@ def test_streaming_over_batches_equals_in_memory(rng):
     np.testing.assert_allclose(stream.sigmas_, mem.sigmas_, rtol=1e-9)
 
 
-def test_histogram_trim_matches_exact_percentile_trim(rng):
-    """The bounded-memory trim points agree with np.percentile trimming to within histogram noise."""
-    x = rng.laplace(size=20000)
+def _sorted_rank_trim_kappa(z: np.ndarray, trim: float = 0.02, bins: int = 200) -> float:
+    """The rule done the direct way: sort, keep ranks [cut, n - cut), np.histogram over the kept range."""
+    n = len(z)
+    cut = int(n * trim)
+    kept = np.sort(z)[cut : n - cut]
+    counts, _ = np.histogram(kept, bins=bins)
+    return kurtosis_from_counts(counts, rearranged_positions(counts))
+
+
+@pytest.mark.parametrize("make", [
+    lambda r: r.laplace(size=20011),
+    lambda r: r.poisson(3.0, size=20011).astype(float),  # ties at both cuts
+    lambda r: np.round(r.lognormal(size=20011), 1),
+])
+def test_streaming_trim_equals_sorting_the_column(rng, make):
+    x = make(rng)
+    scaler = Scaler.fit(x[:, None])
+    exact = _sorted_rank_trim_kappa(scaler.transform(x[:, None])[:, 0])
+    chunks = np.array_split(x[:, None], 13)
+    est = KurtosisSigmas().fit_batches(lambda: iter(chunks), scaler)
+    assert est.kappas_[0] == pytest.approx(exact, rel=1e-12)
+
+
+def test_ties_at_a_cut_are_kept_in_part_not_dropped(rng):
+    # 30% of the rows share the minimum: trimming 2% must keep the other 28% of them.
+    x = np.concatenate([np.zeros(3000), rng.normal(5.0, 1.0, 7000)])
     z = Scaler.fit(x[:, None]).transform(x[:, None])[:, 0]
-    lo, hi = np.percentile(z, [2, 98])
-    kept = z[(z >= lo) & (z <= hi)]
-    counts, _ = np.histogram(kept, bins=200, range=(kept.min(), kept.max()))
-    exact = kurtosis_from_counts(counts, rearranged_positions(counts))
-    assert KurtosisSigmas().fit(x[:, None]).kappas_[0] == pytest.approx(exact, rel=0.03)
+    est = KurtosisSigmas().fit(x[:, None])
+    assert est.kappas_[0] == pytest.approx(_sorted_rank_trim_kappa(z), rel=1e-12)
+    # Dropping the whole tied mass would leave a near-Gaussian column instead.
+    kept_by_value = z[(z > z.min()) & (z <= np.sort(z)[-int(len(z) * 0.02) - 1])]
+    counts, _ = np.histogram(kept_by_value, bins=200)
+    assert abs(est.kappas_[0] - kurtosis_from_counts(counts, rearranged_positions(counts))) > 0.5
+
+
+def test_spike_column_gets_the_largest_sigma(rng):
+    # 98.5% zeros: every kept value is 0 although the column is not constant.
+    x = np.where(rng.random(N) < 0.985, 0.0, rng.integers(1, 17, N).astype(float))
+    est = KurtosisSigmas().fit(np.column_stack([x, rng.normal(size=N)]))
+    assert est.kappas_[0] == DEGENERATE_KAPPA
+    assert est.sigmas_[0] == 3.0
+    assert KurtosisSigmas(clip=(0.1, 2.0)).fit(x[:, None]).sigmas_[0] == 2.0
