@@ -47,6 +47,10 @@ import numpy as np
 from .scaler import Scaler
 
 FINE_BINS = 8192
+# Bump when a change to this rule alters the sigmas of the same data and config:
+# benchmark rows (``kdsm bench adbench`` resumes from its CSV) are keyed by it.
+# 2: rank trim and spike columns (was a value trim and kappa 1.8 for spikes).
+RULE_REVISION = 2
 # kappa of a non-constant column whose kept values are all equal (see fit_batches).
 DEGENERATE_KAPPA = 1000.0
 

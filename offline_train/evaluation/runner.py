@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from ..data import DataError, load_npz
 from ..scaler import Scaler
+from ..sigmas import RULE_REVISION
 from .methods import METHODS, fit_score
 from .metrics import detection_metrics
 from .protocol import make_split
@@ -79,13 +80,16 @@ def config_id(settings) -> str:
     """Short hash of everything that changes a deep model (not the seed, device or thread count).
 
     The step budget enters as resolved from the profile, so ``--profile fast``
-    and the same budget set explicitly share rows.
+    and the same budget set explicitly share rows. So does the sigma rule's
+    revision: rows from an older rule are not resumed as if current.
     """
     dump = settings.model_dump(include={"sigma", "model", "ema", "train", "data"},
                                exclude={"train": {"seed", "device", "threads", "profile", "steps", "epochs"},
                                         "data": {"batch_rows", "features", "id_column", "timestamp_column", "label_column"}})
     dump["budget"] = budget_rule(settings.train)
     dump["model"] = settings.train.model_for(settings.model).model_dump()
+    if RULE_REVISION > 1:  # revision 1 predates the field: its rows keep their ids
+        dump["sigma_rule"] = RULE_REVISION
     return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
