@@ -80,9 +80,10 @@ class EMAConfig(Section):
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     # Published settings: 500 epochs of the 512x6 network.
     "paper": {"train": {"epochs": 500}, "model": {"width": 512, "depth": 6}},
-    # CPU profile: a fixed step budget on a narrower network; chosen and measured
-    # against the paper profile in docs/results.md (kdsm bench adbench).
-    "fast": {"train": {"steps": 1500}, "model": {"width": 256, "depth": 6}},
+    # CPU profile: a narrower network and 200 epochs, at least 1500 steps (small
+    # data needs them) and at most 6000 (large data; keeps CPU training to about a
+    # minute). Chosen and measured against the paper profile in docs/results.md.
+    "fast": {"train": {"epochs": 200, "min_steps": 1500, "max_steps": 6000}, "model": {"width": 256, "depth": 6}},
 }
 
 
@@ -92,6 +93,8 @@ class OptimConfig(Section):
     profile: Literal["fast", "paper"] = "fast"
     epochs: int | None = Field(None, gt=0)
     steps: int | None = Field(None, gt=0)
+    min_steps: int | None = Field(None, gt=0, description="lower bound on an epoch budget")
+    max_steps: int | None = Field(None, gt=0, description="upper bound on an epoch budget")
     batch_size: int = Field(128, gt=1)
     noise_copies: int = Field(3, gt=0)
     lr: float = Field(5e-4, gt=0)
@@ -101,20 +104,45 @@ class OptimConfig(Section):
     seed: int = 0
     threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")
 
+    def budget_rule(self) -> dict[str, int | None]:
+        """The resolved step rule: ``{"steps": N}``, or ``{"epochs": E, "min_steps": a, "max_steps": b}``.
+
+        Explicit ``steps`` wins; explicit ``epochs`` drops the profile's bounds
+        (set ``min_steps``/``max_steps`` too to keep bounds).
+
+        >>> OptimConfig(profile="fast").budget_rule()
+        {'epochs': 200, 'min_steps': 1500, 'max_steps': 6000}
+        >>> OptimConfig(profile="fast", epochs=50).budget_rule()
+        {'epochs': 50, 'min_steps': None, 'max_steps': None}
+        """
+        preset = PROFILES[self.profile]["train"]
+        if self.steps is not None:
+            return {"steps": self.steps}
+        if self.epochs is not None:
+            return {"epochs": self.epochs, "min_steps": self.min_steps, "max_steps": self.max_steps}
+        if "steps" in preset:
+            return {"steps": int(preset["steps"])}
+        return {"epochs": int(preset["epochs"]),
+                "min_steps": self.min_steps if self.min_steps is not None else preset.get("min_steps"),
+                "max_steps": self.max_steps if self.max_steps is not None else preset.get("max_steps")}
+
     def budget(self, n_rows: int) -> int:
         """Number of optimiser steps for ``n_rows`` training rows.
 
         >>> OptimConfig(profile="paper").budget(1000), OptimConfig(epochs=2).budget(129)
         (4000, 4)
+        >>> [OptimConfig(profile="fast").budget(n) for n in (400, 2533, 50_000)]
+        [1500, 4000, 6000]
         """
-        preset = PROFILES[self.profile]["train"]
-        if self.steps is not None:
-            return self.steps
-        epochs = self.epochs if self.epochs is not None else preset.get("epochs")
-        if epochs is None:
-            return int(preset["steps"])
-        per_epoch = max(1, -(-n_rows // self.batch_size))
-        return int(epochs) * per_epoch
+        rule = self.budget_rule()
+        if "steps" in rule:
+            return int(rule["steps"])
+        steps = int(rule["epochs"]) * max(1, -(-n_rows // self.batch_size))
+        if rule["min_steps"] is not None:
+            steps = max(steps, int(rule["min_steps"]))
+        if rule["max_steps"] is not None:
+            steps = min(steps, int(rule["max_steps"]))
+        return steps
 
     def model_for(self, model: ModelConfig) -> ModelConfig:
         """``model`` with this profile's sizes filled in for the fields the user did not set.

@@ -84,7 +84,8 @@ def config_id(settings) -> str:
     revision: rows from an older rule are not resumed as if current.
     """
     dump = settings.model_dump(include={"sigma", "model", "ema", "train", "data"},
-                               exclude={"train": {"seed", "device", "threads", "profile", "steps", "epochs"},
+                               exclude={"train": {"seed", "device", "threads", "profile", "steps", "epochs",
+                                                         "min_steps", "max_steps"},
                                         "data": {"batch_rows", "features", "id_column", "timestamp_column", "label_column"}})
     dump["budget"] = budget_rule(settings.train)
     dump["model"] = settings.train.model_for(settings.model).model_dump()
@@ -94,9 +95,15 @@ def config_id(settings) -> str:
 
 
 def budget_rule(train) -> str:
-    """``steps=N`` or ``epochs=N``: the step rule ``OptimConfig.budget`` applies."""
-    fixed = train.budget(1)
-    return f"steps={fixed}" if train.budget(10**6) == fixed else f"epochs={train.budget(train.batch_size)}"
+    """The step rule ``OptimConfig.budget`` applies, as text: ``steps=N`` or ``epochs=E,min=a,max=b``."""
+    rule = train.budget_rule()
+    if "steps" in rule:
+        return f"steps={rule['steps']}"
+    text = f"epochs={rule['epochs']}"
+    for key, short in (("min_steps", "min"), ("max_steps", "max")):
+        if rule[key] is not None:
+            text += f",{short}={rule[key]}"
+    return text
 
 
 def key_of(row: dict) -> tuple:
