@@ -80,10 +80,11 @@ class EMAConfig(Section):
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     # Published settings: 500 epochs of the 512x6 network.
     "paper": {"train": {"epochs": 500}, "model": {"width": 512, "depth": 6}},
-    # CPU profile: a narrower network and 200 epochs, at least 1500 steps (small
-    # data needs them) and at most 6000 (large data; keeps CPU training to about a
-    # minute). Chosen and measured against the paper profile in docs/results.md.
-    "fast": {"train": {"epochs": 200, "min_steps": 1500, "max_steps": 6000}, "model": {"width": 256, "depth": 6}},
+    # CPU profile: the paper's 500 epochs on a narrower network, within 2000..3500
+    # steps: small data gets the paper's step count (~2000), large data at most
+    # ~40 s of CPU per model. Chosen and measured against the paper profile in
+    # docs/results.md (kdsm bench adbench).
+    "fast": {"train": {"epochs": 500, "min_steps": 2000, "max_steps": 3500}, "model": {"width": 256, "depth": 6}},
 }
 
 
@@ -111,7 +112,7 @@ class OptimConfig(Section):
         (set ``min_steps``/``max_steps`` too to keep bounds).
 
         >>> OptimConfig(profile="fast").budget_rule()
-        {'epochs': 200, 'min_steps': 1500, 'max_steps': 6000}
+        {'epochs': 500, 'min_steps': 2000, 'max_steps': 3500}
         >>> OptimConfig(profile="fast", epochs=50).budget_rule()
         {'epochs': 50, 'min_steps': None, 'max_steps': None}
         """
@@ -131,8 +132,8 @@ class OptimConfig(Section):
 
         >>> OptimConfig(profile="paper").budget(1000), OptimConfig(epochs=2).budget(129)
         (4000, 4)
-        >>> [OptimConfig(profile="fast").budget(n) for n in (400, 2533, 50_000)]
-        [1500, 4000, 6000]
+        >>> [OptimConfig(profile="fast").budget(n) for n in (400, 827, 50_000)]
+        [2000, 3500, 3500]
         """
         rule = self.budget_rule()
         if "steps" in rule:
