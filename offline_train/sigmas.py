@@ -218,7 +218,7 @@ class _RankFinder:
     def update(self, z: np.ndarray) -> None:
         self.below += int((z < self.a).sum())
         vals, cnt = np.unique(z[(z >= self.a) & (z <= self.b)], return_counts=True)
-        for v, c in zip(vals.tolist(), cnt.tolist()):
+        for v, c in zip(vals.tolist(), cnt.tolist(), strict=True):
             self.counts[v] = self.counts.get(v, 0) + c
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
