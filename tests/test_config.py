@@ -31,6 +31,16 @@ def test_paper_profile_budget_is_500_epochs():
     assert s.train.budget(1000) == 500 * 8
 
 
+def test_fast_profile_budget_is_500_epochs_within_bounds(monkeypatch):
+    s = load_settings(Settings)  # fast is the default profile
+    assert [s.train.budget(n) for n in (300, 600, 700, 10_000)] == [2000, 2500, 3000, 3500]
+    monkeypatch.setenv("KDSM_TRAIN__MAX_STEPS", "5000")  # a bound from the environment replaces the profile's
+    assert load_settings(Settings).train.budget(10_000) == 5000
+    # Explicit epochs drop the profile's bounds; explicit steps override everything.
+    assert load_settings(Settings, train={"epochs": 2}).train.budget(300) == 6
+    assert load_settings(Settings, train={"steps": 7, "epochs": 2}).train.budget(300) == 7
+
+
 def test_errors_name_the_key(tmp_path, monkeypatch):
     f = tmp_path / "c.yaml"
     f.write_text("sigma:\n  bsae: 0.7\n")
