@@ -47,20 +47,13 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
 
 
 def machine_info() -> dict:
-    from ..model import bf16_supported, resolve_device
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import torch
 
+    from ..model import bf16_supported, resolve_device
+    from ..speed import cpu_name
+
     dev = resolve_device("auto")
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "device": str(dev), "bf16": bf16_supported(dev), "python": platform.python_version(),
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
