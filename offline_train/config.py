@@ -121,8 +121,6 @@ class OptimConfig(Section):
             return {"steps": self.steps}
         if self.epochs is not None:
             return {"epochs": self.epochs, "min_steps": self.min_steps, "max_steps": self.max_steps}
-        if "steps" in preset:
-            return {"steps": int(preset["steps"])}
         return {"epochs": int(preset["epochs"]),
                 "min_steps": self.min_steps if self.min_steps is not None else preset.get("min_steps"),
                 "max_steps": self.max_steps if self.max_steps is not None else preset.get("max_steps")}

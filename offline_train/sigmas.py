@@ -163,11 +163,11 @@ class KurtosisSigmas:
         lo, hi = np.empty(d), np.empty(d)
         keep_lo, keep_hi = np.empty(d), np.empty(d)
         for j in range(d):
-            f_lo, f_hi = finders[j]
-            lo[j], hi[j] = f_lo.value_at(ranks[0]), f_hi.value_at(ranks[1])
+            lo[j], _, at_most_lo = finders[j][0].cut(ranks[0])
+            hi[j], below_hi, _ = finders[j][1].cut(ranks[1])
             # Copies of each cut value that are kept (all kept rows when lo == hi).
-            keep_lo[j] = min(f_lo.count_at_most(lo[j]), n - cut) - cut
-            keep_hi[j] = (n - cut) - f_hi.count_below(hi[j])
+            keep_lo[j] = min(at_most_lo, n - cut) - cut
+            keep_hi[j] = (n - cut) - below_hi
         # Pass 4: the coarse histogram of the kept values over their own range.
         coarse = np.zeros((d, self.bins))
         for Z in columns():
@@ -221,22 +221,11 @@ class _RankFinder:
         for v, c in zip(vals.tolist(), cnt.tolist(), strict=True):
             self.counts[v] = self.counts.get(v, 0) + c
 
-    def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        vals = np.array(sorted(self.counts), dtype=np.float64)
-        return vals, self.below + np.cumsum([self.counts[v] for v in vals.tolist()])
-
-    def value_at(self, rank: int) -> float:
-        vals, cum = self._table()
+    def cut(self, rank: int) -> tuple[float, int, int]:
+        """The value of 0-based ``rank``, and how many values lie below it and at or below it."""
+        vals = sorted(self.counts)
+        cum = self.below + np.cumsum([self.counts[v] for v in vals])
         i = int(np.searchsorted(cum, rank, side="right"))
         if rank < self.below or i >= len(vals):
             raise RuntimeError("rank outside its window; the data changed between passes")
-        return float(vals[i])
-
-    def count_at_most(self, v: float) -> int:
-        vals, cum = self._table()
-        return int(cum[np.searchsorted(vals, v, side="right") - 1])
-
-    def count_below(self, v: float) -> int:
-        vals, cum = self._table()
-        i = int(np.searchsorted(vals, v, side="left"))
-        return int(cum[i - 1]) if i > 0 else self.below
+        return float(vals[i]), int(cum[i - 1]) if i > 0 else self.below, int(cum[i])
