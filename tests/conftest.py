@@ -16,8 +16,6 @@ import pytest
 
 from streamer import local_services
 
-ADBENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "adbench"
-
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory) -> str:
