@@ -3,7 +3,7 @@
 One iteration handles one micro-batch (``stream.max_batch`` records or
 ``stream.max_wait_ms``):
 
-1. ask the model provider for the current model (never mid-batch);
+1. poll, then ask the model provider for the current model (never mid-batch);
 2. decode the raw values (``streamer.decode``): valid rows to a float matrix,
    the rest to dead letters with a reason code;
 3. score the valid rows in one forward pass (``streamer.scorer``) against the
@@ -124,17 +124,21 @@ class StreamApp:
                   "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight})
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
+            self._use_model(self.provider.current())  # metrics and the log name the model before the first event
             while not self._stop.is_set():
                 self.metrics.last_loop = time.time()
-                model = self.provider.current()
-                self._use_model(model)
                 # While a batch is being scored or awaits its acks, poll briefly so it is published and
                 # committed soon; a full batch returns at once either way.
                 busy = self._pending is not None or len(self.checkpoint.in_flight) > 0
                 rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms)
                 if self.consumer.assignment():
                     self.ready.set()
-                nxt = self._prepare(rb, model) if len(rb) else None  # its scoring starts now, in the background
+                nxt = None
+                if len(rb):
+                    # The model is taken after the poll, so records that arrive after a swap meet the new version.
+                    model = self.provider.current()
+                    self._use_model(model)
+                    nxt = self._prepare(rb, model)  # its scoring starts now, in the background
                 self._publish_pending()  # the previous batch: wait for its scores, publish
                 self._pending = nxt
                 self._after_commit(self.checkpoint.retire())
