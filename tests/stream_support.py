@@ -152,6 +152,10 @@ class Collect:
         with self.lock:
             return [i for b in self.batches for i in b.event_ids]
 
+    def distinct(self) -> int:
+        """How many different events were committed: a redelivery (at least once) must not count twice."""
+        return len(set(self.ids()))
+
 
 def malformed_corpus(names: list[str], max_bytes: int = 65536) -> list[tuple[str, bytes | None, str]]:
     """(kind, raw value, expected reason) for at least 20 kinds of events that cannot be scored."""

@@ -114,12 +114,12 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
         assert all(p.wait_for(v1, timeout=15) for p in providers), "a streamer did not swap"
         assert reg.r.xlen(reg.keys.drift) == 1  # one shift seen by two streamers: one event (fleet cooldown)
         send(phase_c, "c")
-        assert wait_for(lambda: len(collect.ids()) >= n_sent, timeout=40)
+        assert wait_for(lambda: collect.distinct() >= n_sent, timeout=40)
         # Rollback reaches the running streamer too.
         reg.rollback(reason="test")
         assert all(p.wait_for(v0, timeout=15) for p in providers), "rollback not applied"
         send(phase_d, "d")
-        assert wait_for(lambda: len(collect.ids()) >= n_sent, timeout=40)
+        assert wait_for(lambda: collect.distinct() >= n_sent, timeout=40)
     finally:
         stop.set()
         for st in fleet:
@@ -139,13 +139,18 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
           f"new model after the swap {rate_new:.4f} ({n_new} rows)")
     assert rate_old > 5 * calibrated
     assert rate_new <= 3 * calibrated
-    # A batch polled just after a swap may still go to the model its loop iteration took before the poll
-    # (swaps land between batches, never inside one); so: nearly all of phase C by v1, and per partition the
-    # versions of the batches run v0... -> v1... -> v0... and end on v0 after the rollback.
-    c_rows = [(b.model_version, sum(str(i).startswith("c") for i in b.event_ids)) for b in batches]
-    assert sum(n for v, n in c_rows if v == v1) >= 0.9 * len(phase_c)
-    for part in {int(p) for b in batches for p in b.partitions}:
-        seq = [b.model_version for b in sorted(batches, key=lambda b: int(b.offsets[0])) if int(b.partitions[0]) == part]
+    # The loop takes the model after each poll, so every row sent after a swap was seen meets the new version:
+    # all of phase C by v1, all of phase D by v0, and per partition the versions run v0... -> v1... -> v0...
+    # A rebalance may redeliver uncommitted rows (at least once): judge each row by its first delivery.
+    first: dict[tuple[int, int], tuple[str, str]] = {}
+    for b in batches:  # in commit order
+        for p, o, i in zip(b.partitions, b.offsets, b.event_ids, strict=True):
+            first.setdefault((int(p), int(o)), (b.model_version, str(i)))
+    print(f"rows delivered {sum(len(b.event_ids) for b in batches)}, distinct {len(first)}")
+    assert sum(v == v1 for v, i in first.values() if i.startswith("c")) == len(phase_c)
+    assert sum(v == v0 for v, i in first.values() if i.startswith("d")) == len(phase_d)
+    for part in {p for p, _ in first}:
+        seq = [first[k][0] for k in sorted(k for k in first if k[0] == part)]
         runs = [v for k, v in enumerate(seq) if k == 0 or seq[k - 1] != v]
         assert runs == [v0, v1, v0], runs
     # The archive: readable Parquet, expected schema, every committed event once (at least once).
@@ -154,5 +159,7 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
     assert table.schema.equals(archive_schema(names))
     offsets = list(zip(table.column("kdsm_partition").to_pylist(), table.column("kdsm_offset").to_pylist(), strict=True))
     assert len(set(offsets)) == n_sent and len(offsets) >= n_sent
-    versions = dict(zip(table.column("id").to_pylist(), table.column("kdsm_model_version").to_pylist(), strict=True))
-    assert versions["a0"] == v0 and versions[f"c{len(phase_c) - 1}"] == v1
+    versions: dict[str, set[str]] = {}
+    for i, v in zip(table.column("id").to_pylist(), table.column("kdsm_model_version").to_pylist(), strict=True):
+        versions.setdefault(i, set()).add(v)
+    assert v0 in versions["a0"] and v1 in versions[f"c{len(phase_c) - 1}"]

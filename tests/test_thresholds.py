@@ -112,7 +112,7 @@ def test_threshold_change_through_cli_changes_alerting_within_2s(tmp_path, capsy
     st = StreamerThread(s, sinks=[sink := Collect()]).start()
     try:
         produce(s, [event(f"a{i}", x, names) for i, x in enumerate(X)])
-        assert wait_for(lambda: len(sink.ids()) >= len(X))
+        assert wait_for(lambda: sink.distinct() >= len(X))
         before = sum(scores >= model.thresholds_["warning"])
         # Lower the warning threshold to the median normal score: about half the rows now alert.
         med = float(np.median(scores))
@@ -121,7 +121,7 @@ def test_threshold_change_through_cli_changes_alerting_within_2s(tmp_path, capsy
         assert wait_for(lambda: st.app.thresholds.get(model)["warning"] == med, timeout=2.0, every=0.01)
         assert time.monotonic() - t0 < 2.0
         produce(s, [event(f"b{i}", x, names) for i, x in enumerate(X)])
-        assert wait_for(lambda: len(sink.ids()) >= 2 * len(X))
+        assert wait_for(lambda: sink.distinct() >= 2 * len(X))
     finally:
         st.stop()
     alerts = [json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.alerts_topic, before + int(sum(scores >= med)), timeout=10)]
@@ -145,12 +145,12 @@ def test_redis_stopped_mid_stream_scoring_goes_on(tmp_path, kafka_bootstrap, uni
         st = StreamerThread(s, sinks=[sink := Collect()]).start()
         try:
             produce(s, [event(f"a{i}", x, names) for i, x in enumerate(X)])
-            assert wait_for(lambda: len(sink.ids()) >= len(X))
+            assert wait_for(lambda: sink.distinct() >= len(X))
             assert st.app.thresholds.redis_up
             svc.stop()
             assert wait_for(lambda: not st.app.thresholds.redis_up, timeout=5)
             produce(s, [event(f"b{i}", x, names) for i, x in enumerate(X)])
-            assert wait_for(lambda: len(sink.ids()) >= 2 * len(X))
+            assert wait_for(lambda: sink.distinct() >= 2 * len(X))
             metrics = st.app.metrics.render().decode()
         finally:
             st.stop()
