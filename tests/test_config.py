@@ -33,7 +33,7 @@ def test_paper_profile_budget_is_500_epochs():
 
 def test_fast_profile_budget_is_500_epochs_within_bounds(monkeypatch):
     s = load_settings(Settings)  # fast is the default profile
-    assert [s.train.budget(n) for n in (300, 600, 700, 10_000)] == [2000, 2500, 3000, 3500]
+    assert [s.train.budget(n) for n in (300, 600, 700, 10_000)] == [2000, 2500, 3000, 4500]
     monkeypatch.setenv("KDSM_TRAIN__MAX_STEPS", "5000")  # a bound from the environment replaces the profile's
     assert load_settings(Settings).train.budget(10_000) == 5000
     # Explicit epochs drop the profile's bounds; explicit steps override everything.
