@@ -160,7 +160,9 @@ class StreamApp:
             self._publish_pending()
             self._after_commit(self.checkpoint.drain())
         except Exception as e:
-            log.exception({"event": "crashed", "error": repr(e), "effect": "batches in flight stay uncommitted"})
+            # kafka-python wraps a listener's exception ("User rebalance callback throws an error"): name the cause too.
+            log.exception({"event": "crashed", "error": repr(e), "cause": repr(e.__cause__) if e.__cause__ else None,
+                           "effect": "batches in flight stay uncommitted"})
             raise
         finally:
             self._executor.shutdown(wait=True)
