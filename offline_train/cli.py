@@ -1,4 +1,4 @@
-"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.cli``.
+"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.ops.cli``.
 
 Each ``register`` takes the argparse subparsers and the settings class to load
 (the full product settings, so one YAML file serves every command).

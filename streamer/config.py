@@ -13,8 +13,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 
 from offline_train.config import Section, TrainSettings
-
-from .ops_config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
+from streamer.lifecycle.config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
 
 
 class KafkaConfig(Section):

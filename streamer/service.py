@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import logging
 
-from .app import StreamApp
-from .lifecycle import close_parts, lifecycle_parts
-from .metrics import MetricsServer, StreamMetrics
-from .thresholds import LiveThresholds
+from streamer.lifecycle.thresholds import LiveThresholds
+from streamer.pipeline.app import StreamApp
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
+
+from .wiring import close_parts, lifecycle_parts
 
 log = logging.getLogger("kdsm.stream")
 
 
 def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
     """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
-    if provider is None:  # provider + archive/drift sinks from settings (streamer.lifecycle)
+    if provider is None:  # provider + archive/drift sinks from settings (streamer.wiring)
         provider, extra = lifecycle_parts(settings, model_path)
         sinks = [*sinks, *extra]
     metrics = StreamMetrics()

@@ -10,7 +10,7 @@ from conftest import make_blobs
 
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
-from streamer.cli import main
+from streamer.ops.cli import main
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
 
 
 def test_every_subcommand_has_help(capsys):
-    from streamer.cli import build_parser
+    from streamer.ops.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

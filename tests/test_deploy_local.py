@@ -7,7 +7,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from streamer.local_services import free_port, port_open
+from streamer.dev.local_services import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from offline_train.detector import KDSM
-from streamer.archive import example_batch
-from streamer.drift import DriftSink, model_alert_rate
-from streamer.ops_config import DriftConfig
-from streamer.registry import Keys
+from streamer.lifecycle.archive import example_batch
+from streamer.lifecycle.drift import DriftSink, model_alert_rate
+from streamer.lifecycle.config import DriftConfig
+from streamer.lifecycle.registry import Keys
 
 RNG_BASE = np.random.default_rng(123).gamma(2.0, 1.0, 200_000)
 THRESHOLD = float(np.quantile(RNG_BASE, 0.99))  # calibrated alert rate 1 %

@@ -4,9 +4,9 @@ import time
 import urllib.error
 import urllib.request
 
-from streamer.drift import DRIFT_EVENTS
-from streamer.metrics import MetricsServer, StreamMetrics
-from streamer.retrain import RETRAIN_RUNS
+from streamer.lifecycle.drift import DRIFT_EVENTS
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
+from streamer.lifecycle.retrain import RETRAIN_RUNS
 
 
 def _get(url):

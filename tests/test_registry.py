@@ -11,7 +11,7 @@ from conftest import make_blobs
 
 from offline_train.config import ModelConfig, OptimConfig
 from offline_train.detector import KDSM
-from streamer.registry import (
+from streamer.lifecycle.registry import (
     LocalArtifactStore,
     ModelRegistry,
     RegistryError,
@@ -120,7 +120,7 @@ def test_provider_falls_back_when_registry_empty(registry, tiny_model_dir):
 def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path):
     import redis
 
-    from streamer.local_services import free_port
+    from streamer.dev.local_services import free_port
 
     down = redis.Redis(port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2, decode_responses=True)
     reg = ModelRegistry(down, LocalArtifactStore(tmp_path / "store"), prefix="down:")

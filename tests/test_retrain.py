@@ -17,12 +17,12 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.archive import ArchiveSink, example_batch
-from streamer.cli import main as kdsm_main
+from streamer.lifecycle.archive import ArchiveSink, example_batch
+from streamer.ops.cli import main as kdsm_main
 from streamer.config import Settings
-from streamer.ops_config import ArchiveConfig
-from streamer.registry import ModelRegistry, RegistryModelProvider
-from streamer.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
+from streamer.lifecycle.config import ArchiveConfig
+from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
+from streamer.lifecycle.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
 
 pytestmark = pytest.mark.integration
 FEATURES = [f"f{j}" for j in range(6)]
@@ -161,7 +161,7 @@ def test_two_jobs_at_once_one_trains(setup, tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "streamer.cli", "retrain", "--config", str(cfg), "--log-level", "WARNING"]
+    cmd = [sys.executable, "-m", "streamer", "retrain", "--config", str(cfg), "--log-level", "WARNING"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [p.communicate(timeout=180) for p in procs]
     results = [json.loads(o) for o, _ in outs]

@@ -13,12 +13,12 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.archive import ArchiveSink, closed_files
-from streamer.cli import main
+from streamer.lifecycle.archive import ArchiveSink, closed_files
+from streamer.ops.cli import main
 from streamer.config import Settings
-from streamer.ops_config import ArchiveConfig
-from streamer.threshold_report import alert_rates
-from streamer.thresholds import ThresholdStore, connect
+from streamer.lifecycle.config import ArchiveConfig
+from streamer.ops.threshold_report import alert_rates
+from streamer.lifecycle.thresholds import ThresholdStore, connect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -108,7 +108,7 @@ def test_report_rates_match_the_archive_and_follow_a_redis_override(tmp_path, mo
 
 
 def test_table_output_and_redis_down_falls_back_to_the_artifact(tmp_path, model, tiny_model_dir, capsys):
-    from streamer.local_services import free_port
+    from streamer.dev.local_services import free_port
 
     _, _, parts = _window(tmp_path, model)
     root = _archive(tmp_path, model, parts)
@@ -167,7 +167,7 @@ def test_alert_rates_edges():
 
 
 def test_default_model_is_the_registry_current_version(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
-    from streamer.registry import ModelRegistry
+    from streamer.lifecycle.registry import ModelRegistry
 
     _, _, parts = _window(tmp_path, model)
     root = _archive(tmp_path, model, parts)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .archive import ArchiveSink, example_batch
-from .drift import DriftSink
-from .ops_config import ArchiveConfig, DriftConfig
+from streamer.lifecycle.archive import ArchiveSink, example_batch
+from streamer.lifecycle.config import ArchiveConfig, DriftConfig
+from streamer.lifecycle.drift import DriftSink
 
 
 def _batches(n_events: int, batch: int, d: int) -> list:

@@ -21,11 +21,10 @@ Everything returned has ``close()`` (or needs none); ``close_parts`` calls it.
 from __future__ import annotations
 
 from offline_train.detector import KDSM
-
-from .archive import ArchiveSink
-from .drift import DriftSink, model_alert_rate
-from .provider import StaticModelProvider
-from .registry import ModelRegistry, RegistryModelProvider, redis_client
+from streamer.lifecycle.archive import ArchiveSink
+from streamer.lifecycle.drift import DriftSink, model_alert_rate
+from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider, redis_client
+from streamer.pipeline.provider import StaticModelProvider
 
 
 def build_provider(settings, model_path=None):
@@ -43,8 +42,8 @@ def build_sinks(settings, provider) -> list:
     if settings.archive.dir:
         sinks.append(ArchiveSink(settings.archive))
     if settings.drift.enabled:
-        from .kafka_clients import ensure_topics, make_producer
-        from .registry import Keys
+        from streamer.lifecycle.registry import Keys
+        from streamer.pipeline.kafka_clients import ensure_topics, make_producer
 
         def rate(version: str, thresholds: dict):
             model = provider.current()

@@ -197,7 +197,7 @@ def reference_table(cls: type[BaseModel]) -> str:
 
 DEFAULT_HEADER = """\
 # kdsm-stream: every setting with its default (GENERATED, do not edit by hand).
-# Regenerate: python -m streamer.config_render default > configs/default.yaml
+# Regenerate: python -m streamer.ops.render default > configs/default.yaml
 #
 # Precedence, lowest first: these defaults < a YAML file (--config FILE)
 #   < environment KDSM_<SECTION>__<KEY> (e.g. KDSM_KAFKA__BOOTSTRAP=kafka:9092)
@@ -212,7 +212,7 @@ def default_yaml(settings_cls) -> str:
     return DEFAULT_HEADER + render_yaml(settings_cls.model_construct(), mask=False)
 
 
-REF_BEGIN = "<!-- BEGIN CONFIG REFERENCE (generated: python -m streamer.config_render docs) -->"
+REF_BEGIN = "<!-- BEGIN CONFIG REFERENCE (generated: python -m streamer.ops.render docs) -->"
 REF_END = "<!-- END CONFIG REFERENCE -->"
 
 
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    from .config import Settings
+    from streamer.config import Settings
 
-    p = argparse.ArgumentParser(prog="python -m streamer.config_render",
+    p = argparse.ArgumentParser(prog="python -m streamer.ops.render",
                                 description="print configs/default.yaml or the Markdown configuration reference, "
                                             "or refresh the reference in docs/operations.md")
     p.add_argument("what", choices=["default", "reference", "docs"])

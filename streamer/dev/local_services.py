@@ -150,7 +150,7 @@ def redis(port: int = 16379, state_dir: Path = DEFAULT_STATE_DIR) -> Service:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m streamer.local_services",
+    p = argparse.ArgumentParser(prog="python -m streamer.dev.local_services",
                                 description="Start/stop the local Tansu broker and Redis on loopback.")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--kafka-port", type=int, default=19092)

@@ -4,13 +4,13 @@ One iteration handles one micro-batch (``stream.max_batch`` records or
 ``stream.max_wait_ms``):
 
 1. poll, then ask the model provider for the current model (never mid-batch);
-2. decode the raw values (``streamer.decode``): valid rows to a float matrix,
+2. decode the raw values (``streamer.pipeline.decode``): valid rows to a float matrix,
    the rest to dead letters with a reason code;
-3. score the valid rows in one forward pass (``streamer.scorer``) against the
-   live thresholds of that model version (``streamer.thresholds``);
+3. score the valid rows in one forward pass (``streamer.pipeline.scorer``) against the
+   live thresholds of that model version (``streamer.lifecycle.thresholds``);
 4. publish alerts (only rows at/above the lowest threshold) and dead letters;
 5. commit offsets once every message of the batch is acknowledged
-   (``streamer.checkpoint`` owns the order), then hand the batch to sinks.
+   (``streamer.pipeline.checkpoint`` owns the order), then hand the batch to sinks.
 
 Step 3 runs on a scoring thread (torch releases the GIL) while the main
 thread polls and decodes the next batch, so fetching, JSON parsing and the

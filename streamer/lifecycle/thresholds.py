@@ -234,7 +234,9 @@ class ThresholdOps:
         try:
             client.ping()
         except (redis.RedisError, OSError) as e:
-            from .config_render import mask_url  # a password in the URL never reaches the terminal
+            from streamer.ops.render import (
+                mask_url,  # a password in the URL never reaches the terminal
+            )
 
             raise ThresholdError(f"Redis at {mask_url(r.url)} is unreachable: {e}") from None
         return cls(ThresholdStore(client, r.key_prefix), model)

@@ -13,20 +13,19 @@ import sys
 from offline_train.artifact import ArtifactError
 from offline_train.config import ConfigError
 from offline_train.data import DataError
-
-from .config import Settings
-from .registry import RegistryError
-from .thresholds import ThresholdError
+from streamer.config import Settings
+from streamer.lifecycle.registry import RegistryError
+from streamer.lifecycle.thresholds import ThresholdError
 
 # Modules exposing ``register(subparsers, settings_cls)``, in help order.
 COMMAND_MODULES = [
     "offline_train.cli",
-    "streamer.commands",
-    "streamer.config_commands",
-    "streamer.ops_commands",
+    "streamer.ops.commands",
+    "streamer.ops.configs",
+    "streamer.ops.models",
 ]
 # Modules exposing ``register_bench(bench_subparsers, settings_cls)`` for ``kdsm bench NAME``.
-BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli", "streamer.bench", "streamer.ops_bench"]
+BENCH_MODULES: list[str] = ["offline_train.speed", "offline_train.evaluation.cli", "streamer.dev.bench_stream", "streamer.dev.bench_lifecycle"]
 
 USER_ERRORS = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError)
 

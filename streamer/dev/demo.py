@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-DATA = Path(__file__).resolve().parents[1] / "offline_train" / "data" / "cardio.parquet"
+DATA = Path(__file__).resolve().parents[2] / "offline_train" / "data" / "cardio.parquet"
 
 
 def _alert_line(a: dict, label: int | None) -> str:
@@ -42,13 +42,13 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
     from kafka import KafkaConsumer, TopicPartition
 
     from offline_train.job import train_job
+    from streamer.lifecycle.thresholds import ThresholdOps
+    from streamer.pipeline.kafka_clients import ensure_topics, make_producer
+    from streamer.pipeline.logs import setup_logging
+    from streamer.service import build_app
 
     from . import local_services
-    from .kafka_clients import ensure_topics, make_producer
-    from .logs import setup_logging
     from .replay import events_from_table
-    from .service import build_app
-    from .thresholds import ThresholdOps
 
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdsm-demo-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -33,9 +33,8 @@ import numpy as np
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
 from offline_train.speed import cpu_name
-
-from .app import StreamApp
-from .provider import StaticModelProvider
+from streamer.pipeline.app import StreamApp
+from streamer.pipeline.provider import StaticModelProvider
 
 
 class _Timeline:
@@ -72,7 +71,7 @@ def _events(X: np.ndarray, names: list[str]) -> list[bytes]:
 
 
 def _produce(k, topic: str, values: list[bytes]) -> float:
-    from .kafka_clients import make_producer
+    from streamer.pipeline.kafka_clients import make_producer
 
     p = make_producer(k, linger_ms=20)
     t = time.perf_counter()
@@ -85,7 +84,7 @@ def _produce(k, topic: str, values: list[bytes]) -> float:
 
 
 def _consume_only(k, topic: str, n: int, max_batch: int) -> float:
-    from .kafka_clients import make_consumer
+    from streamer.pipeline.kafka_clients import make_consumer
 
     c = make_consumer(k, group_id=f"bench-consume-{os.getpid()}-{time.time_ns()}")
     c.subscribe([topic])
@@ -135,8 +134,9 @@ def _stream(settings, model, topic: str, group: str, n: int) -> tuple[StreamApp,
 def run(settings, model_path: str | None = None, events: int = 60000, max_batch: int | None = None,
         width: int = 512, depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 8.0,
         out: str | None = "runs/bench-stream.json", external_broker: bool = False, log=print) -> dict:
+    from streamer.pipeline.kafka_clients import ensure_topics
+
     from . import local_services
-    from .kafka_clients import ensure_topics
 
     s = settings.model_copy(deep=True)
     if max_batch:
@@ -189,7 +189,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             raise RuntimeError("latency streamer got no partitions")
         cfg = tmp / "bench.yaml"
         cfg.write_text(json.dumps({"kafka": {"bootstrap": s.kafka.bootstrap}}))  # JSON is YAML
-        subprocess.run([sys.executable, "-m", "streamer.cli", "replay", "--data", str(data), "--topic", lat_topic,
+        subprocess.run([sys.executable, "-m", "streamer", "replay", "--data", str(data), "--topic", lat_topic,
                         "--rate", str(rate), "--config", str(cfg)], check=True, stdout=subprocess.DEVNULL)
         th2.join(120)
         lat = np.concatenate(tl2.latencies) if tl2.latencies else np.zeros(0)
@@ -241,8 +241,7 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     from offline_train.config import load_settings
-
-    from .logs import setup_logging
+    from streamer.pipeline.logs import setup_logging
 
     setup_logging("WARNING")
     s = load_settings(settings_cls, a.config)

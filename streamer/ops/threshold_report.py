@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .archive import closed_files
-from .registry import serving_model_dir
-from .thresholds import ThresholdError
+from streamer.lifecycle.archive import closed_files
+from streamer.lifecycle.registry import serving_model_dir
+from streamer.lifecycle.thresholds import ThresholdError
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -122,7 +122,7 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     """Thresholds in force for ``model.version_``: Redis overrides over the artifact's; the artifact's if Redis is down."""
     import redis
 
-    from .thresholds import ThresholdStore, connect, effective_thresholds
+    from streamer.lifecycle.thresholds import ThresholdStore, connect, effective_thresholds
 
     r = settings.redis
     try:

@@ -35,7 +35,7 @@ Retention deletes the oldest closed files above ``retention_max_bytes`` and
 those older than ``retention_max_age_hours``.
 
 >>> import tempfile
->>> from streamer.ops_config import ArchiveConfig
+>>> from streamer.lifecycle.config import ArchiveConfig
 >>> sink = ArchiveSink(ArchiveConfig(dir=tempfile.mkdtemp(), fsync=False))
 >>> sink.on_committed(example_batch(3))
 >>> sink.close()
@@ -62,7 +62,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from .ops_config import ArchiveConfig
+from .config import ArchiveConfig
 
 log = logging.getLogger("kdsm.archive")
 
@@ -375,7 +375,7 @@ class ArchiveSink:
 
 
 def example_batch(n: int = 4, features=("f0", "f1"), offset0: int = 0, version: str = "v-test", seed: int = 0):
-    """A ScoredBatch-shaped object for docs and tests (the real one is ``streamer.batch.ScoredBatch``)."""
+    """A ScoredBatch-shaped object for docs and tests (the real one is ``streamer.pipeline.batch.ScoredBatch``)."""
     rng = np.random.default_rng(seed)
     scores = rng.gamma(2.0, 1.0, n)
     return SimpleNamespace(topics=["events"] * n, partitions=np.zeros(n, np.int32),

@@ -1,4 +1,4 @@
-"""Model-lifecycle subcommands of ``kdsm``: ``retrain`` and ``models``. Registered by ``streamer.cli``.
+"""Model-lifecycle subcommands of ``kdsm``: ``retrain`` and ``models``. Registered by ``streamer.ops.cli``.
 
 Each prints JSON on stdout. ``kdsm retrain`` exits 0 when it promoted or
 registered a model, or when another retrain holds the lock; 1 when training
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
 
 
 def _registry(s):
-    from .registry import ModelRegistry
+    from streamer.lifecycle.registry import ModelRegistry
 
     return ModelRegistry.from_settings(s)
 
@@ -63,9 +63,9 @@ def _print(obj) -> None:
 
 
 def _retrain(a, settings_cls) -> int:
-    from .logs import setup_logging
-    from .registry import redis_client
-    from .retrain import request_retrain, run_retrain, watch
+    from streamer.lifecycle.registry import redis_client
+    from streamer.lifecycle.retrain import request_retrain, run_retrain, watch
+    from streamer.pipeline.logs import setup_logging
 
     s = load_settings(settings_cls, a.config)
     reg = _registry(s)
@@ -92,7 +92,7 @@ def _models(a, settings_cls) -> int:
     elif a.action == "show":
         meta = reg.get(a.version)
         if meta is None:
-            from .registry import RegistryError
+            from streamer.lifecycle.registry import RegistryError
 
             raise RegistryError(f"unknown model version {a.version!r}")
         _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.local_path(a.version))})

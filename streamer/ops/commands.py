@@ -1,4 +1,4 @@
-"""Online subcommands of ``kdsm``: stream, replay, thresholds, demo. Registered by ``streamer.cli``."""
+"""Online subcommands of ``kdsm``: stream, replay, thresholds, demo. Registered by ``streamer.ops.cli``."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
             q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
         q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
     from .threshold_report import (
-        register_action,  # `kdsm thresholds report` (streamer/threshold_report.py)
+        register_action,  # `kdsm thresholds report` (streamer/ops/threshold_report.py)
     )
     register_action(tsub, settings_cls)
 
@@ -73,19 +73,19 @@ def _settings(a, settings_cls):
 
 def _model_path(a, s) -> str:
     """--model, else the model the fleet serves (the registry's current version, else stream.model)."""
-    from .registry import serving_model_dir
+    from streamer.lifecycle.registry import serving_model_dir
 
     return a.model or serving_model_dir(s)
 
 
 def _stream(a, settings_cls) -> int:
-    from .checkpoint import DeliveryError
-    from .logs import setup_logging
-    from .service import run_stream
+    from streamer.pipeline.checkpoint import DeliveryError
+    from streamer.pipeline.logs import setup_logging
+    from streamer.service import run_stream
 
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
-    # With registry.enabled the model may come from the registry alone (streamer.lifecycle checks).
+    # With registry.enabled the model may come from the registry alone (streamer.wiring checks).
     try:
         counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
     except DeliveryError as e:
@@ -97,7 +97,7 @@ def _stream(a, settings_cls) -> int:
 
 
 def _replay(a, settings_cls) -> int:
-    from .replay import replay
+    from streamer.dev.replay import replay
 
     s = _settings(a, settings_cls)
     replay(s, a.data, a.topic or s.kafka.events_topic, rate=a.rate, limit=a.limit, repeat=a.repeat)
@@ -106,8 +106,7 @@ def _replay(a, settings_cls) -> int:
 
 def _thresholds(a, settings_cls) -> int:
     from offline_train.detector import KDSM
-
-    from .thresholds import ThresholdOps
+    from streamer.lifecycle.thresholds import ThresholdOps
 
     s = _settings(a, settings_cls)
     ops = ThresholdOps.from_settings(s, KDSM.load(_model_path(a, s), device="cpu"))
@@ -123,7 +122,7 @@ def _thresholds(a, settings_cls) -> int:
 
 
 def _demo(a, settings_cls) -> int:
-    from .demo import run_demo
+    from streamer.dev.demo import run_demo
 
     return run_demo(settings_cls, events=a.events, rate=a.rate, duration=a.duration, steps=a.steps,
                     workdir=a.workdir, metrics_port=a.metrics_port)

@@ -19,8 +19,7 @@ import time
 import pyarrow as pa
 
 from offline_train.data import _dataset, resolve_paths
-
-from .kafka_clients import make_producer
+from streamer.pipeline.kafka_clients import make_producer
 
 
 def events_from_table(table: pa.Table, id_field: str = "id", ts_field: str = "ts", label_column: str | None = "label",

@@ -25,8 +25,8 @@ A drift event goes to the Redis stream ``<prefix>drift:events``, to the
 Kafka topic ``drift.kafka_topic`` and, with ``drift.request_retrain``, to the
 retrain request stream that ``kdsm retrain --watch`` consumes.
 
->>> from streamer.ops_config import DriftConfig
->>> from streamer.archive import example_batch
+>>> from streamer.lifecycle.config import DriftConfig
+>>> from streamer.lifecycle.archive import example_batch
 >>> sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50))
 >>> b = example_batch(60)
 >>> b.severities = np.array(["warning"] * 60)  # every row alerts: far above 1 %
@@ -49,7 +49,7 @@ import numpy as np
 from prometheus_client import Counter
 from river import drift as river_drift
 
-from .ops_config import DriftConfig
+from .config import DriftConfig
 from .registry import Keys
 
 log = logging.getLogger("kdsm.drift")
