@@ -44,12 +44,14 @@ class KafkaConfig(Section):
 
 
 class RedisConfig(Section):
-    """The Redis control plane (live thresholds)."""
+    """The Redis control plane: live thresholds, model registry, retrain requests and lock (streamer.lifecycle.control)."""
 
     url: str = Field("redis://127.0.0.1:16379/0", description="redis:// or rediss:// URL")
     password: SecretStr | None = Field(None, description="Redis password (prefer env KDSM_REDIS__PASSWORD)")
     key_prefix: str = Field("kdsm:", description="prefix of every key and channel the product uses")
-    socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout; a slow Redis never stalls scoring longer")
+    socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout of the scoring path (live thresholds); a slow Redis never stalls scoring longer")
+    command_timeout_s: float = Field(3.0, gt=0, description="per-command timeout of the control plane: registry, retrain, drift, the kdsm commands")
+    connect_timeout_s: float = Field(3.0, gt=0, description="give up connecting to Redis after this long (a kdsm command then says Redis is unreachable)")
     refresh_s: float = Field(1.0, gt=0, description="periodic threshold re-read, in addition to pub/sub notifications")
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from offline_train.detector import KDSM
 from streamer.lifecycle.archive import ArchiveSink
+from streamer.lifecycle.control import Keys, redis_client
 from streamer.lifecycle.drift import DriftSink, model_alert_rate
-from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider, redis_client
+from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
 from streamer.pipeline.provider import StaticModelProvider
 
 
@@ -42,7 +43,6 @@ def build_sinks(settings, provider) -> list:
     if settings.archive.dir:
         sinks.append(ArchiveSink(settings.archive))
     if settings.drift.enabled:
-        from streamer.lifecycle.registry import Keys
         from streamer.pipeline.kafka_clients import ensure_topics, make_producer
 
         def rate(version: str, thresholds: dict):

@@ -11,7 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_train.data import ParquetSource
-from streamer.lifecycle.archive import SPOOL, ArchiveSink, archive_schema, closed_files, example_batch
+from streamer.lifecycle.archive import (
+    SPOOL,
+    ArchiveSink,
+    archive_schema,
+    closed_files,
+    example_batch,
+)
 from streamer.lifecycle.config import ArchiveConfig
 
 

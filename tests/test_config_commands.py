@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from offline_train.config import load_settings
-from streamer.ops.cli import main
 from streamer.config import Settings
+from streamer.ops.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRETS = ("pw-kafka-8d1e", "pw-redis-77aa", "pw-url-5c3f")

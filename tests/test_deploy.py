@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from offline_train.config import load_settings
-from streamer.ops.cli import build_parser
 from streamer.config import Settings
+from streamer.ops.cli import build_parser
 from streamer.ops.render import iter_keys
 from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 

@@ -23,12 +23,12 @@ import pytest
 import redis
 
 from offline_train.config import load_settings
-from streamer.ops.cli import main
 from streamer.config import KafkaConfig, Settings
-from streamer.pipeline.kafka_clients import client_kwargs, make_consumer, make_producer
 from streamer.dev.local_services import free_port
-from streamer.lifecycle.registry import redis_client
-from streamer.lifecycle.thresholds import LiveThresholds, ThresholdOps, connect
+from streamer.lifecycle.control import connect, redis_client
+from streamer.lifecycle.thresholds import LiveThresholds, ThresholdOps
+from streamer.ops.cli import main
+from streamer.pipeline.kafka_clients import client_kwargs, make_consumer, make_producer
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "kdsm-test-Pw-4f9c2e"
@@ -180,10 +180,9 @@ def test_a_maximum_event_size_setting_is_validated():
 
 
 def test_every_client_is_built_by_the_passthrough_helpers():
-    """No module builds a Kafka or Redis client around kafka_clients.py / thresholds.connect / registry.redis_client."""
+    """No module builds a Kafka or Redis client around kafka_clients.py / lifecycle.control.connect (the one Redis factory)."""
     allowed = {("streamer/pipeline/kafka_clients.py", "KafkaProducer"), ("streamer/pipeline/kafka_clients.py", "KafkaConsumer"),
-               ("streamer/pipeline/kafka_clients.py", "KafkaAdminClient"), ("streamer/lifecycle/thresholds.py", "from_url"),
-               ("streamer/lifecycle/registry.py", "from_url"),
+               ("streamer/pipeline/kafka_clients.py", "KafkaAdminClient"), ("streamer/lifecycle/control.py", "from_url"),
                # `kdsm demo` reads alerts from the loopback dev broker it starts itself (never a secured cluster)
                ("streamer/dev/demo.py", "KafkaConsumer")}
     ctors = {"KafkaProducer", "KafkaConsumer", "KafkaAdminClient", "from_url", "Redis", "StrictRedis"}

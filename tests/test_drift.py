@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY
 
 from offline_train.detector import KDSM
 from streamer.lifecycle.archive import example_batch
-from streamer.lifecycle.drift import DriftSink, model_alert_rate
 from streamer.lifecycle.config import DriftConfig
-from streamer.lifecycle.registry import Keys
+from streamer.lifecycle.control import Keys
+from streamer.lifecycle.drift import DriftSink, model_alert_rate
 
 RNG_BASE = np.random.default_rng(123).gamma(2.0, 1.0, 200_000)
 THRESHOLD = float(np.quantile(RNG_BASE, 0.99))  # calibrated alert rate 1 %

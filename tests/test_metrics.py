@@ -5,8 +5,8 @@ import urllib.error
 import urllib.request
 
 from streamer.lifecycle.drift import DRIFT_EVENTS
-from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 from streamer.lifecycle.retrain import RETRAIN_RUNS
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 
 
 def _get(url):

@@ -17,12 +17,18 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.lifecycle.archive import ArchiveSink, example_batch
-from streamer.ops.cli import main as kdsm_main
 from streamer.config import Settings
+from streamer.lifecycle.archive import ArchiveSink, example_batch
 from streamer.lifecycle.config import ArchiveConfig
 from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
-from streamer.lifecycle.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
+from streamer.lifecycle.retrain import (
+    RetrainLock,
+    request_retrain,
+    run_retrain,
+    select_window,
+    watch,
+)
+from streamer.ops.cli import main as kdsm_main
 
 pytestmark = pytest.mark.integration
 FEATURES = [f"f{j}" for j in range(6)]

@@ -21,7 +21,8 @@ from kafka import KafkaConsumer, TopicPartition
 from stream_support import create_topics, event, make_settings, produce_paced
 
 from offline_train.detector import KDSM
-from streamer.lifecycle.thresholds import ThresholdStore, connect
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 

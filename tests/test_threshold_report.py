@@ -13,12 +13,13 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.lifecycle.archive import ArchiveSink, closed_files
-from streamer.ops.cli import main
 from streamer.config import Settings
+from streamer.lifecycle.archive import ArchiveSink, closed_files
 from streamer.lifecycle.config import ArchiveConfig
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
+from streamer.ops.cli import main
 from streamer.ops.threshold_report import alert_rates
-from streamer.lifecycle.thresholds import ThresholdStore, connect
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -22,8 +22,9 @@ from stream_support import (
 
 from offline_train.detector import KDSM
 from streamer import local_services
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import LiveThresholds, ThresholdStore
 from streamer.ops.cli import main as kdsm
-from streamer.lifecycle.thresholds import LiveThresholds, ThresholdStore, connect
 
 pytestmark = pytest.mark.integration
 
@@ -165,8 +166,8 @@ def test_thresholds_cli_follows_the_registry(redis_url, tiny_model_dir, tmp_path
     """Without --model, `kdsm thresholds` acts on the registry's current version, not a stale stream.model."""
     import json as _json
 
-    from streamer.ops.cli import main
     from streamer.lifecycle.registry import LocalArtifactStore, ModelRegistry
+    from streamer.ops.cli import main
 
     monkeypatch.setenv("KDSM_REDIS__URL", redis_url)
     monkeypatch.setenv("KDSM_REDIS__KEY_PREFIX", f"reg{unique}:")

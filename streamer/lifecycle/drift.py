@@ -50,7 +50,7 @@ from prometheus_client import Counter
 from river import drift as river_drift
 
 from .config import DriftConfig
-from .registry import Keys
+from .control import Keys
 
 log = logging.getLogger("kdsm.drift")
 

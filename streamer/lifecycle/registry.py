@@ -14,9 +14,7 @@
   what ``current()`` returns. A model that fails to load, or has another
   feature schema, is refused and the old one keeps serving.
 
-Redis keys (``p`` = ``redis.key_prefix``): ``p registry:versions`` (zset by
-creation time), ``p registry:version:V`` (JSON), ``p registry:pointers``
-(hash), ``p registry:log`` (stream), channel ``p registry:events``.
+Redis keys: ``registry:*`` of ``streamer.lifecycle.control.Keys``.
 
 >>> store = LocalArtifactStore("/tmp/kdsm-doctest-store")
 >>> store.local_path("v1").name
@@ -33,7 +31,6 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +38,8 @@ from prometheus_client import Counter
 
 from offline_train.artifact import ArtifactError, atomic_directory
 from offline_train.detector import KDSM
+
+from .control import Keys, redis_client
 
 log = logging.getLogger("kdsm.registry")
 
@@ -50,65 +49,6 @@ MODEL_REFUSED = Counter("kdsm_registry_refused", "Registry versions a streamer r
 
 class RegistryError(ValueError):
     """A registry operation that cannot be done (unknown version, no previous, refused artifact)."""
-
-
-@dataclass(frozen=True)
-class Keys:
-    """Every Redis key and channel of the lifecycle modules, under one prefix."""
-
-    prefix: str
-
-    def _k(self, name: str) -> str:
-        return f"{self.prefix}{name}"
-
-    @property
-    def versions(self) -> str:
-        return self._k("registry:versions")
-
-    def version(self, v: str) -> str:
-        return self._k(f"registry:version:{v}")
-
-    @property
-    def pointers(self) -> str:
-        return self._k("registry:pointers")
-
-    @property
-    def channel(self) -> str:
-        return self._k("registry:events")
-
-    @property
-    def log(self) -> str:
-        return self._k("registry:log")
-
-    @property
-    def lock(self) -> str:
-        return self._k("retrain:lock")
-
-    @property
-    def requests(self) -> str:
-        return self._k("retrain:requests")
-
-    @property
-    def runs(self) -> str:
-        return self._k("retrain:runs")
-
-    @property
-    def drift(self) -> str:
-        return self._k("drift:events")
-
-    @property
-    def drift_cooldown(self) -> str:
-        return self._k("drift:cooldown")
-
-
-def redis_client(redis_cfg, blocking: bool = False):
-    """A decode_responses client from the ``redis`` section; ``blocking`` drops the socket timeout (XREAD BLOCK, pub/sub)."""
-    import redis
-
-    pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None
-    return redis.Redis.from_url(redis_cfg.url, password=pw, decode_responses=True,
-                                socket_timeout=None if blocking else max(redis_cfg.socket_timeout_s, 2.0),
-                                socket_connect_timeout=5.0, health_check_interval=30)
 
 
 class LocalArtifactStore:

@@ -1,11 +1,11 @@
 """Live thresholds: artifact thresholds, overridden per model version and severity from Redis.
 
-Redis layout (``P`` = ``redis.key_prefix``, ``V`` = model version):
+Redis layout (``thresholds:*`` of ``streamer.lifecycle.control.Keys``, ``V`` = model version):
 
-- ``P thresholds:V`` hash: severity -> JSON ``{"score", "quantile", "set_by", "set_at"}``
-- ``P thresholds:V:audit`` list (newest first, last 1000 kept): JSON
+- ``thresholds(V)`` hash: severity -> JSON ``{"score", "quantile", "set_by", "set_at"}``
+- ``thresholds_audit(V)`` list (newest first, last 1000 kept): JSON
   ``{"action", "severity", "old", "new", "quantile", "by", "at"}``
-- channel ``P thresholds:changed``: the version whose thresholds changed
+- channel ``thresholds_channel``: the version whose thresholds changed
 
 The streamer reads them through ``LiveThresholds``: a background thread
 listens on the channel and re-reads every ``refresh_s`` as well (a missed
@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 import redis
+
+from .control import Keys, connect, mask_url, redis_client
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -55,23 +57,21 @@ def effective_thresholds(artifact: dict[str, float], overrides: dict[str, dict])
     return out
 
 
-def connect(url: str, password: str | None = None, socket_timeout: float = 0.5) -> redis.Redis:
-    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=socket_timeout,
-                                socket_connect_timeout=socket_timeout, health_check_interval=0)
-
-
 class ThresholdStore:
     """Reads and writes the overrides and their audit trail in Redis."""
 
     def __init__(self, client: redis.Redis, prefix: str = "kdsm:"):
-        self.client, self.prefix = client, prefix
+        self.client, self.keys = client, Keys(prefix)
 
     @property
     def channel(self) -> str:
-        return f"{self.prefix}thresholds:changed"
+        return self.keys.thresholds_channel
 
     def key(self, version: str) -> str:
-        return f"{self.prefix}thresholds:{version}"
+        return self.keys.thresholds(version)
+
+    def audit_key(self, version: str) -> str:
+        return self.keys.thresholds_audit(version)
 
     def overrides(self, version: str) -> dict[str, dict]:
         raw = self.client.hgetall(self.key(version))
@@ -86,7 +86,7 @@ class ThresholdStore:
         return out
 
     def audit(self, version: str, n: int = 20) -> list[dict]:
-        return [json.loads(x) for x in self.client.lrange(self.key(version) + ":audit", 0, n - 1)]
+        return [json.loads(x) for x in self.client.lrange(self.audit_key(version), 0, n - 1)]
 
     def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -94,8 +94,8 @@ class ThresholdStore:
         entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
         with self.client.pipeline(transaction=True) as p:
             p.hset(self.key(version), severity, json.dumps(rec))
-            p.lpush(self.key(version) + ":audit", json.dumps(entry))
-            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+            p.lpush(self.audit_key(version), json.dumps(entry))
+            p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
             p.publish(self.channel, version)
             p.execute()
         return entry
@@ -108,8 +108,8 @@ class ThresholdStore:
             if severities:
                 p.hdel(self.key(version), *severities)
             for e in entries:
-                p.lpush(self.key(version) + ":audit", json.dumps(e))
-            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+                p.lpush(self.audit_key(version), json.dumps(e))
+            p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
             p.publish(self.channel, version)
             p.execute()
         return entries
@@ -125,7 +125,9 @@ class LiveThresholds:
 
     def __init__(self, url: str, password: str | None = None, prefix: str = "kdsm:", refresh_s: float = 1.0,
                  socket_timeout: float = 0.5, metrics=None):
-        self.store = ThresholdStore(connect(url, password, socket_timeout), prefix)
+        # The scoring path: the short timeout bounds connecting too.
+        client = connect(url, password, timeout_s=socket_timeout, connect_timeout_s=socket_timeout)
+        self.store = ThresholdStore(client, prefix)
         self.refresh_s = refresh_s
         self.metrics = metrics
         self._artifact: dict[str, dict[str, float]] = {}
@@ -230,14 +232,10 @@ class ThresholdOps:
     @classmethod
     def from_settings(cls, s, model) -> ThresholdOps:
         r = s.redis
-        client = connect(r.url, r.password.get_secret_value() if r.password else None, socket_timeout=3.0)
+        client = redis_client(r)
         try:
             client.ping()
-        except (redis.RedisError, OSError) as e:
-            from streamer.ops.render import (
-                mask_url,  # a password in the URL never reaches the terminal
-            )
-
+        except (redis.RedisError, OSError) as e:  # a password in the URL never reaches the terminal
             raise ThresholdError(f"Redis at {mask_url(r.url)} is unreachable: {e}") from None
         return cls(ThresholdStore(client, r.key_prefix), model)
 

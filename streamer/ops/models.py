@@ -63,7 +63,7 @@ def _print(obj) -> None:
 
 
 def _retrain(a, settings_cls) -> int:
-    from streamer.lifecycle.registry import redis_client
+    from streamer.lifecycle.control import redis_client
     from streamer.lifecycle.retrain import request_retrain, run_retrain, watch
     from streamer.pipeline.logs import setup_logging
 

@@ -23,13 +23,12 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
-MASK = "***"
+from streamer.lifecycle.control import MASK, mask_url
 
 # Help for the fields whose pydantic definition carries no description (DESIGN section 3, river docs).
 FALLBACK_HELP: dict[str, str] = {
@@ -120,20 +119,6 @@ def iter_keys(cls: type[BaseModel], prefix: str = "") -> Iterator[Key]:
         yield Key(path=path, env="KDSM_" + path.replace(".", "__").upper(), default=_default(field),
                   help=field.description or FALLBACK_HELP.get(path, ""), secret=_is_secret(field.annotation),
                   type=_type_name(field.annotation))
-
-
-def mask_url(value: str) -> str:
-    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
-    try:
-        parts = urlsplit(value)
-        if not parts.scheme or parts.password is None:
-            return value
-    except ValueError:
-        return value
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _plain(value: Any, secret: bool, mask: bool) -> Any:

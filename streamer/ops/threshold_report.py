@@ -122,12 +122,12 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     """Thresholds in force for ``model.version_``: Redis overrides over the artifact's; the artifact's if Redis is down."""
     import redis
 
-    from streamer.lifecycle.thresholds import ThresholdStore, connect, effective_thresholds
+    from streamer.lifecycle.control import redis_client
+    from streamer.lifecycle.thresholds import ThresholdStore, effective_thresholds
 
     r = settings.redis
     try:
-        client = connect(r.url, r.password.get_secret_value() if r.password else None, socket_timeout=3.0)
-        over = ThresholdStore(client, r.key_prefix).overrides(model.version_)
+        over = ThresholdStore(redis_client(r), r.key_prefix).overrides(model.version_)
     except (redis.RedisError, OSError) as e:
         log.warning({"event": "report_redis_unreachable", "error": str(e), "action": "using the artifact's thresholds"})
         return dict(model.thresholds_), "artifact (Redis unreachable)"

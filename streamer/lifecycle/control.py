@@ -1,0 +1,135 @@
+"""The Redis control plane: one client factory and one key schema for every key and channel.
+
+Every Redis client of the product is built by ``connect`` (``redis_client``
+reads its arguments from the ``redis`` config section); every key and
+channel name comes from ``Keys``. The hot path (live thresholds) uses the
+short ``redis.socket_timeout_s`` so a slow Redis never stalls scoring; the
+control-plane callers (registry, retrain, drift, the ``kdsm`` commands) use
+``redis.command_timeout_s``; ``blocking`` drops the read timeout (XREAD
+BLOCK). All of them give up connecting after ``redis.connect_timeout_s``.
+
+Keys (``P`` = ``redis.key_prefix``, ``V`` = model version):
+
+========================  ====================================================
+``P registry:versions``   zset of versions by creation time
+``P registry:version:V``  JSON metadata of one version
+``P registry:pointers``   hash: current, previous
+``P registry:log``        stream: promote / rollback audit
+``P registry:events``     channel: the new current version
+``P retrain:lock``        the fleet-wide retrain lock
+``P retrain:requests``    stream of retrain requests
+``P retrain:runs``        list of retrain run records
+``P drift:events``        stream of drift events
+``P drift:cooldown``      fleet-wide drift cooldown key
+``P thresholds:V``        hash: severity -> override JSON
+``P thresholds:V:audit``  list: threshold audit records, newest first
+``P thresholds:changed``  channel: the version whose thresholds changed
+========================  ====================================================
+
+>>> k = Keys("kdsm:")
+>>> k.pointers, k.thresholds("v1"), k.thresholds_audit("v1"), k.thresholds_channel
+('kdsm:registry:pointers', 'kdsm:thresholds:v1', 'kdsm:thresholds:v1:audit', 'kdsm:thresholds:changed')
+>>> mask_url("redis://:hunter2@redis:6379/0")
+'redis://:***@redis:6379/0'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key and channel of the product, under one prefix."""
+
+    prefix: str
+
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    # registry
+    @property
+    def versions(self) -> str:
+        return self._k("registry:versions")
+
+    def version(self, v: str) -> str:
+        return self._k(f"registry:version:{v}")
+
+    @property
+    def pointers(self) -> str:
+        return self._k("registry:pointers")
+
+    @property
+    def channel(self) -> str:
+        return self._k("registry:events")
+
+    @property
+    def log(self) -> str:
+        return self._k("registry:log")
+
+    # retrain
+    @property
+    def lock(self) -> str:
+        return self._k("retrain:lock")
+
+    @property
+    def requests(self) -> str:
+        return self._k("retrain:requests")
+
+    @property
+    def runs(self) -> str:
+        return self._k("retrain:runs")
+
+    # drift
+    @property
+    def drift(self) -> str:
+        return self._k("drift:events")
+
+    @property
+    def drift_cooldown(self) -> str:
+        return self._k("drift:cooldown")
+
+    # thresholds
+    def thresholds(self, v: str) -> str:
+        return self._k(f"thresholds:{v}")
+
+    def thresholds_audit(self, v: str) -> str:
+        return self._k(f"thresholds:{v}:audit")
+
+    @property
+    def thresholds_channel(self) -> str:
+        return self._k("thresholds:changed")
+
+
+def mask_url(value: str) -> str:
+    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
+    try:
+        parts = urlsplit(value)
+        if not parts.scheme or parts.password is None:
+            return value
+    except ValueError:
+        return value
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def connect(url: str, password: str | None = None, *, timeout_s: float | None = 0.5, connect_timeout_s: float = 3.0,
+            health_check_interval: int = 0):
+    """The one Redis client constructor (``decode_responses``; ``timeout_s=None`` = blocking reads)."""
+    import redis
+
+    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=timeout_s,
+                                socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
+
+
+def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
+    """A client from the ``redis`` section: control-plane timeouts, or the hot path's short one, or blocking."""
+    pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None
+    timeout = None if blocking else (redis_cfg.socket_timeout_s if hot_path else redis_cfg.command_timeout_s)
+    return connect(redis_cfg.url, pw, timeout_s=timeout, connect_timeout_s=redis_cfg.connect_timeout_s,
+                   health_check_interval=0 if hot_path else 30)
