@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from streamer import local_services
+from streamer.dev import local_services
 from streamer.config import Settings
 from streamer.dev.demo import run_demo
 

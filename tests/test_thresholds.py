@@ -21,7 +21,7 @@ from stream_support import (
 )
 
 from offline_train.detector import KDSM
-from streamer import local_services
+from streamer.dev import local_services
 from streamer.lifecycle.control import connect
 from streamer.lifecycle.thresholds import LiveThresholds, ThresholdStore
 from streamer.ops.cli import main as kdsm
