@@ -128,6 +128,6 @@ def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path
     prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.2, fallback=fallback)
     try:
         assert prov.current() is fallback
-        assert prov._thread.is_alive()  # keeps retrying, never crashes the streamer
+        assert prov._watcher.is_alive()  # keeps retrying, never crashes the streamer
     finally:
         prov.close()

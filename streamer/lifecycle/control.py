@@ -35,6 +35,8 @@ Keys (``P`` = ``redis.key_prefix``, ``V`` = model version):
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -133,3 +135,67 @@ def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
     timeout = None if blocking else (redis_cfg.socket_timeout_s if hot_path else redis_cfg.command_timeout_s)
     return connect(redis_cfg.url, pw, timeout_s=timeout, connect_timeout_s=redis_cfg.connect_timeout_s,
                    health_check_interval=0 if hot_path else 30)
+
+
+class ChannelWatcher:
+    """Pub/sub plus a periodic re-read, in a daemon thread: the one watcher of the live thresholds and the registry.
+
+    ``on_message(data)`` runs for each notification on ``channel``;
+    ``on_tick()`` runs every ``period_s`` without one, and right after each
+    (re)subscription (a notification may have been missed meanwhile). Pub/sub
+    may drop messages, so the tick bounds how stale a value can get. Any
+    exception (Redis down, a bug in a callback) goes to ``on_error(exc)``,
+    drops the subscription and retries after ``retry_s``: the watcher never
+    dies while the process serves.
+    """
+
+    def __init__(self, client, channel: str, *, period_s: float, on_message, on_tick, on_error,
+                 wait_s: float = 1.0, retry_s: float = 1.0, name: str = "kdsm-watch"):
+        self.client, self.channel, self.period_s = client, channel, period_s
+        self.on_message, self.on_tick, self.on_error = on_message, on_tick, on_error
+        self.wait_s, self.retry_s = min(wait_s, period_s), retry_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> ChannelWatcher:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout)
+
+    @staticmethod
+    def _close(pubsub) -> None:
+        try:
+            pubsub.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
+            pass
+
+    def _run(self) -> None:
+        pubsub = None
+        next_tick = 0.0
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.channel)
+                    next_tick = 0.0
+                msg = pubsub.get_message(timeout=self.wait_s)
+                if msg is not None:
+                    self.on_message(msg["data"])
+                    next_tick = time.monotonic() + self.period_s
+                elif time.monotonic() >= next_tick:
+                    self.on_tick()
+                    next_tick = time.monotonic() + self.period_s
+            except Exception as e:  # noqa: BLE001 - keep serving the last values, retry later
+                self.on_error(e)
+                if pubsub is not None:
+                    self._close(pubsub)
+                pubsub = None
+                self._stop.wait(self.retry_s)
+        if pubsub is not None:
+            self._close(pubsub)

@@ -39,7 +39,7 @@ from prometheus_client import Counter
 from offline_train.artifact import ArtifactError, atomic_directory
 from offline_train.detector import KDSM
 
-from .control import Keys, redis_client
+from .control import ChannelWatcher, Keys, redis_client
 
 log = logging.getLogger("kdsm.registry")
 
@@ -205,7 +205,6 @@ class RegistryModelProvider:
         self.device = device
         self.check_interval_s = check_interval_s
         self.refused: dict[str, str] = {}  # version -> why
-        self._stop = threading.Event()
         self._cond = threading.Condition()
         self._pubsub_client = pubsub_client
         self._model: KDSM | None = None
@@ -223,8 +222,11 @@ class RegistryModelProvider:
             self._model = fallback
         if self._model is None:
             raise RegistryError("no model to serve: the registry has no loadable current version and no fallback was given")
-        self._thread = threading.Thread(target=self._run, name="kdsm-registry-watch", daemon=True)
-        self._thread.start()
+        client = self._pubsub_client or registry.r
+        self._watcher = ChannelWatcher(client, registry.keys.channel, period_s=check_interval_s,
+                                       on_message=lambda _: self.check("notify"), on_tick=lambda: self.check("poll"),
+                                       on_error=self._watch_failed, retry_s=min(5.0, check_interval_s),
+                                       name="kdsm-registry-watch").start()
 
     def current(self) -> KDSM:
         return self._model
@@ -245,8 +247,7 @@ class RegistryModelProvider:
         return True
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._watcher.stop()
 
     # ------------------------------------------------------------ internals
     def _load(self, version: str, schema: str | None) -> KDSM:
@@ -267,6 +268,9 @@ class RegistryModelProvider:
             log.error("refusing model version %s, the old model keeps serving: %s", version, why)
             MODEL_REFUSED.inc()
         self.refused[version] = why
+
+    def _watch_failed(self, e: Exception) -> None:  # Redis down or a bug: keep serving, retry later
+        log.warning("registry watch: %s; retrying", e)
 
     def check(self, reason: str = "poll") -> bool:
         """Swap to the registry's current version if it differs and loads; True when a swap happened."""
@@ -289,35 +293,6 @@ class RegistryModelProvider:
         MODEL_SWAPS.labels(reason).inc()
         log.info("model swapped: %s -> %s (%s)", old, v, reason)
         return True
-
-    def _run(self) -> None:
-        pubsub = None
-        next_check = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    client = self._pubsub_client or self.registry.r
-                    pubsub = client.pubsub(ignore_subscribe_messages=True)
-                    pubsub.subscribe(self.registry.keys.channel)
-                    next_check = 0.0  # after (re)subscribing, re-read the pointer: a message may have been missed
-                msg = pubsub.get_message(timeout=min(1.0, self.check_interval_s))
-                if msg is not None:
-                    self.check("notify")
-                    next_check = time.monotonic() + self.check_interval_s
-                elif time.monotonic() >= next_check:
-                    self.check("poll")
-                    next_check = time.monotonic() + self.check_interval_s
-            except Exception as e:  # Redis down or a bug: keep serving, retry later
-                log.warning("registry watch: %s; retrying", e)
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:
-                        pass
-                pubsub = None
-                self._stop.wait(min(5.0, self.check_interval_s))
-        if pubsub is not None:
-            pubsub.close()
 
 
 def serving_model_dir(settings) -> str:

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import redis
 
-from .control import Keys, connect, mask_url, redis_client
+from .control import ChannelWatcher, Keys, connect, mask_url, redis_client
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -133,17 +133,17 @@ class LiveThresholds:
         self._artifact: dict[str, dict[str, float]] = {}
         self._cache: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._up: bool | None = None
-        self._thread = threading.Thread(target=self._run, name="kdsm-thresholds", daemon=True)
+        self._watcher = ChannelWatcher(client, self.store.channel, period_s=refresh_s, on_message=self._changed,
+                                       on_tick=self._refresh_all, on_error=self._set_down, wait_s=0.5,
+                                       retry_s=min(refresh_s, 1.0), name="kdsm-thresholds")
 
     def start(self) -> LiveThresholds:
-        self._thread.start()
+        self._watcher.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._watcher.stop()
 
     def get(self, model) -> dict[str, float]:
         v = model.version_
@@ -176,6 +176,17 @@ class LiveThresholds:
             for sev, t in new.items():
                 self.metrics.threshold.labels(version, sev).set(t)
 
+    def _changed(self, version: str) -> None:
+        if version in self._artifact:
+            self._refresh(version)
+
+    def _refresh_all(self) -> None:
+        for v in list(self._artifact):
+            self._refresh(v)
+
+    def _set_down(self, err: Exception) -> None:
+        self._set_up(False, err)
+
     def _set_up(self, up: bool, err: Exception | None = None) -> None:
         if up != self._up:
             if up:
@@ -186,37 +197,6 @@ class LiveThresholds:
         self._up = up
         if self.metrics is not None:
             self.metrics.redis_up.set(1 if up else 0)
-
-    def _run(self) -> None:
-        pubsub = None
-        last = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
-                    pubsub.subscribe(self.store.channel)
-                msg = pubsub.get_message(timeout=min(self.refresh_s, 0.5))
-                due = time.monotonic() - last >= self.refresh_s
-                if msg is not None or due:
-                    last = time.monotonic()
-                    changed = msg["data"] if msg is not None else None
-                    for v in list(self._artifact):
-                        if due or v == changed:
-                            self._refresh(v)
-            except (redis.RedisError, OSError, ValueError) as e:
-                self._set_up(False, e)
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
-                        pass
-                    pubsub = None
-                self._stop.wait(min(self.refresh_s, 1.0))
-        if pubsub is not None:
-            try:
-                pubsub.close()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 class ThresholdOps:
