@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from streamer.dev import local_services
 from streamer.config import Settings
+from streamer.dev import local_services
 from streamer.dev.demo import run_demo
 
 pytestmark = pytest.mark.integration
