@@ -107,3 +107,18 @@ def test_readme_layout_names_every_room_and_module():
         if not path.stem.startswith("__") and path.stem not in layout:
             missing.append(f"streamer/{path.name}")
     assert not missing, f"README layout misses: {missing}"
+
+
+def test_every_log_call_passes_a_dict_event():
+    """One logging style: ``log.info({"event": ...})`` (JSON lines through streamer.pipeline.logs), never %-strings."""
+    bad = []
+    for path in sorted((ROOT / "streamer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "log" and node.func.attr in ("debug", "info", "warning", "error", "exception")):
+                if not (node.args and isinstance(node.args[0], ast.Dict)):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.BoolOp):  # (log.info if ok else log.error)({...})
+                if not (node.args and isinstance(node.args[0], ast.Dict)):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"log calls without a dict event: {bad}"

@@ -145,10 +145,10 @@ def read_spool(path: Path) -> pa.Table | None:
                 except StopIteration:
                     break
                 except (pa.ArrowInvalid, OSError):
-                    log.warning("archive spool %s ends in a partial batch; kept %d complete batches", path, len(batches))
+                    log.warning({"event": "archive_spool_partial", "path": str(path), "kept_batches": len(batches)})
                     break
     except (pa.ArrowInvalid, OSError) as e:
-        log.warning("archive spool %s has no readable schema (%s); nothing to recover", path, e)
+        log.warning({"event": "archive_spool_unreadable", "path": str(path), "error": str(e), "action": "nothing to recover"})
         return None
     return pa.Table.from_batches(batches, schema=schema) if batches else None
 
@@ -262,7 +262,7 @@ class ArchiveSink:
                 self.maybe_roll()
                 self._drain()
             except Exception as e:  # a full disk must not kill the thread; the spool is recovered at the next start
-                log.error("archive roll failed: %s", e)
+                log.error({"event": "archive_roll_failed", "error": str(e)})
 
     def _drain(self) -> None:
         while True:
@@ -336,7 +336,7 @@ class ArchiveSink:
                 if table is not None and table.num_rows:
                     out.append(self._publish(table, time.strftime("%Y-%m-%d", time.gmtime(opened)), opened, ident))
                     FILES.labels("recovered").inc()
-                    log.warning("archive: recovered %d rows from the spool of a stopped streamer (%s)", table.num_rows, path.name)
+                    log.warning({"event": "archive_spool_recovered", "rows": table.num_rows, "spool": path.name})
                 os.unlink(path)
             finally:
                 f.close()

@@ -235,11 +235,12 @@ class DriftSink:
             try:
                 ok = self.redis.set(self.keys.drift_cooldown, self.instance, nx=True, px=int(self.cfg.cooldown_s * 1000))
             except Exception as e:  # Redis down: fall back to the local cooldown only
-                log.warning("drift: cannot take the fleet cooldown key: %s", e)
+                log.warning({"event": "drift_cooldown_key_failed", "error": str(e)})
                 ok = True
             if not ok:
                 DRIFT_SUPPRESSED.labels("fleet").inc()
-                log.info("drift confirmed on %s but another streamer already reported it (fleet cooldown)", batch.model_version)
+                log.info({"event": "drift_suppressed", "scope": "fleet", "version": batch.model_version,
+                          "why": "another streamer already reported it (fleet cooldown)"})
                 self._restart_detector()
                 return None
         event = {"id": uuid.uuid4().hex, "event": "drift", "detector": self.cfg.detector,
@@ -250,7 +251,8 @@ class DriftSink:
                                 "recent_mean_score": float(np.mean(batch.scores))}}
         self._publish(event)
         DRIFT_EVENTS.labels(self.cfg.detector, signal).inc()
-        log.warning("drift detected on model %s (%s): %s", batch.model_version, signal, event["statistics"])
+        log.warning({"event": "drift_detected", "version": batch.model_version, "signal": signal,
+                     "statistics": event["statistics"]})
         self.events.append(event)
         self._restart_detector()
         return event
@@ -280,7 +282,7 @@ class DriftSink:
                 pipe.execute()
             except Exception as e:
                 PUBLISH_ERRORS.labels("redis").inc()
-                log.error("drift: cannot write the drift event to Redis: %s", e)
+                log.error({"event": "drift_publish_failed", "target": "redis", "error": str(e)})
         if self.cfg.kafka_topic and (self.producer is not None or self.producer_factory is not None):
             try:
                 if self.producer is None:
@@ -289,4 +291,4 @@ class DriftSink:
                 self.producer.flush(timeout=10)
             except Exception as e:
                 PUBLISH_ERRORS.labels("kafka").inc()
-                log.error("drift: cannot publish the drift event to Kafka: %s", e)
+                log.error({"event": "drift_publish_failed", "target": "kafka", "error": str(e)})

@@ -211,7 +211,7 @@ class RegistryModelProvider:
         try:
             v = registry.current_version()
         except Exception as e:  # Redis down at start: serve the fallback, the watch thread keeps trying
-            log.warning("registry unreachable at start (%s); serving the fallback model", e)
+            log.warning({"event": "registry_unreachable", "error": str(e), "action": "serving the fallback model"})
             v = None
         if v is not None:
             try:
@@ -265,12 +265,12 @@ class RegistryModelProvider:
 
     def _refuse(self, version: str, why: str) -> None:
         if self.refused.get(version) != why:
-            log.error("refusing model version %s, the old model keeps serving: %s", version, why)
+            log.error({"event": "model_refused", "version": version, "why": why, "action": "the old model keeps serving"})
             MODEL_REFUSED.inc()
         self.refused[version] = why
 
     def _watch_failed(self, e: Exception) -> None:  # Redis down or a bug: keep serving, retry later
-        log.warning("registry watch: %s; retrying", e)
+        log.warning({"event": "registry_watch_failed", "error": str(e), "action": "retrying"})
 
     def check(self, reason: str = "poll") -> bool:
         """Swap to the registry's current version if it differs and loads; True when a swap happened."""
@@ -291,7 +291,7 @@ class RegistryModelProvider:
             self._cond.notify_all()
         self.refused.pop(v, None)
         MODEL_SWAPS.labels(reason).inc()
-        log.info("model swapped: %s -> %s (%s)", old, v, reason)
+        log.info({"event": "model_swapped", "from": old, "to": v, "reason": reason})
         return True
 
 
