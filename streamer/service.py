@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from streamer.lifecycle.metrics import LifecycleMetrics
 from streamer.lifecycle.thresholds import LiveThresholds
 from streamer.pipeline.app import StreamApp
 from streamer.pipeline.metrics import MetricsServer, StreamMetrics
@@ -19,10 +20,10 @@ log = logging.getLogger("kdsm.stream")
 
 def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
     """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
-    if provider is None:  # provider + archive/drift sinks from settings (streamer.wiring)
-        provider, extra = lifecycle_parts(settings, model_path)
-        sinks = [*sinks, *extra]
     metrics = StreamMetrics()
+    if provider is None:  # provider + archive/drift sinks from settings (streamer.wiring), counting on /metrics
+        provider, extra = lifecycle_parts(settings, model_path, LifecycleMetrics(metrics.registry))
+        sinks = [*sinks, *extra]
     server = None
     if settings.metrics.enabled:
         server = MetricsServer(metrics, settings.metrics.host, settings.metrics.port).start()

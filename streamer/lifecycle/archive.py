@@ -60,15 +60,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-from prometheus_client import Counter
 
 from .config import ArchiveConfig
+from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.archive")
 
-ROWS = Counter("kdsm_archive_rows", "Rows appended to the archive spool")
-FILES = Counter("kdsm_archive_files", "Parquet files closed into the archive", ["how"])
-DELETED = Counter("kdsm_archive_deleted_files", "Archive files deleted by retention")
 
 META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schema_hash", "kdsm_topic",
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
@@ -189,10 +186,11 @@ class ArchiveSink:
 
     name = "archive"
 
-    def __init__(self, cfg: ArchiveConfig, clock=time.time, background: bool = True):
+    def __init__(self, cfg: ArchiveConfig, clock=time.time, background: bool = True, metrics: LifecycleMetrics | None = None):
         if not cfg.dir:
             raise ValueError("archive.dir is not set")
         self.cfg = cfg
+        self.metrics = metrics or LifecycleMetrics()
         self.root = Path(cfg.dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
@@ -223,7 +221,7 @@ class ArchiveSink:
             if self._spool is None:
                 self._spool = _Spool(self.root, table.schema, now, self.cfg.fsync)
             self._spool.append(table)
-            ROWS.inc(table.num_rows)
+            self.metrics.archive_rows.inc(table.num_rows)
             self.maybe_roll(now)
 
     def maybe_roll(self, now: float | None = None) -> Path | None:
@@ -293,7 +291,7 @@ class ArchiveSink:
         finally:
             sp.f.close()  # releases the flock
         if out is not None:
-            FILES.labels(how).inc()
+            self.metrics.archive_files.labels(how).inc()
         self.enforce_retention()
         return out
 
@@ -335,7 +333,7 @@ class ArchiveSink:
                     opened = _mtime(path)
                 if table is not None and table.num_rows:
                     out.append(self._publish(table, time.strftime("%Y-%m-%d", time.gmtime(opened)), opened, ident))
-                    FILES.labels("recovered").inc()
+                    self.metrics.archive_files.labels("recovered").inc()
                     log.warning({"event": "archive_spool_recovered", "rows": table.num_rows, "spool": path.name})
                 os.unlink(path)
             finally:
@@ -364,7 +362,7 @@ class ArchiveSink:
         for p in deleted:
             try:
                 p.unlink()
-                DELETED.inc()
+                self.metrics.archive_deleted.inc()
             except FileNotFoundError:
                 pass  # another streamer's retention got there first
             try:

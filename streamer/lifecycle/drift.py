@@ -46,17 +46,14 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-from prometheus_client import Counter
 from river import drift as river_drift
 
 from .config import DriftConfig
 from .control import Keys
+from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.drift")
 
-DRIFT_EVENTS = Counter("kdsm_drift_events", "Drift events published", ["detector", "signal"])
-DRIFT_SUPPRESSED = Counter("kdsm_drift_suppressed", "Drift confirmations not published (cooldown)", ["scope"])
-PUBLISH_ERRORS = Counter("kdsm_drift_publish_errors", "Drift event publications that failed", ["target"])
 
 
 def make_detector(cfg: DriftConfig):
@@ -116,8 +113,9 @@ class DriftSink:
 
     def __init__(self, cfg: DriftConfig, *, redis=None, keys: Keys | None = None, producer=None, producer_factory=None,
                  calibrated_rate: Callable[[str, dict], float | None] | None = None, clock=time.time,
-                 instance: str | None = None):
+                 instance: str | None = None, metrics: LifecycleMetrics | None = None):
         self.cfg = cfg
+        self.metrics = metrics or LifecycleMetrics()
         self.redis = redis
         self.keys = keys or Keys("kdsm:")
         self.producer = producer
@@ -228,7 +226,7 @@ class DriftSink:
     def _confirm(self, batch, signal: str) -> dict | None:
         now = self.clock()
         if now < self.cooldown_until:
-            DRIFT_SUPPRESSED.labels("local").inc()
+            self.metrics.drift_suppressed.labels("local").inc()
             return None
         self.cooldown_until = now + self.cfg.cooldown_s
         if self.redis is not None and self.cfg.cooldown_s > 0:
@@ -238,7 +236,7 @@ class DriftSink:
                 log.warning({"event": "drift_cooldown_key_failed", "error": str(e)})
                 ok = True
             if not ok:
-                DRIFT_SUPPRESSED.labels("fleet").inc()
+                self.metrics.drift_suppressed.labels("fleet").inc()
                 log.info({"event": "drift_suppressed", "scope": "fleet", "version": batch.model_version,
                           "why": "another streamer already reported it (fleet cooldown)"})
                 self._restart_detector()
@@ -250,7 +248,7 @@ class DriftSink:
                                 **_detector_stats(self.detector), **self.last_test, **self.last_rate,
                                 "recent_mean_score": float(np.mean(batch.scores))}}
         self._publish(event)
-        DRIFT_EVENTS.labels(self.cfg.detector, signal).inc()
+        self.metrics.drift_events.labels(self.cfg.detector, signal).inc()
         log.warning({"event": "drift_detected", "version": batch.model_version, "signal": signal,
                      "statistics": event["statistics"]})
         self.events.append(event)
@@ -281,7 +279,7 @@ class DriftSink:
                               maxlen=self.cfg.stream_maxlen, approximate=True)
                 pipe.execute()
             except Exception as e:
-                PUBLISH_ERRORS.labels("redis").inc()
+                self.metrics.drift_publish_errors.labels("redis").inc()
                 log.error({"event": "drift_publish_failed", "target": "redis", "error": str(e)})
         if self.cfg.kafka_topic and (self.producer is not None or self.producer_factory is not None):
             try:
@@ -290,5 +288,5 @@ class DriftSink:
                 self.producer.send(self.cfg.kafka_topic, key=event["model_version"].encode(), value=body.encode())
                 self.producer.flush(timeout=10)
             except Exception as e:
-                PUBLISH_ERRORS.labels("kafka").inc()
+                self.metrics.drift_publish_errors.labels("kafka").inc()
                 log.error({"event": "drift_publish_failed", "target": "kafka", "error": str(e)})

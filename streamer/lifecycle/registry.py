@@ -34,17 +34,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import Counter
 
 from offline_train.artifact import ArtifactError, atomic_directory
 from offline_train.detector import KDSM
 
 from .control import ChannelWatcher, Keys, redis_client
+from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.registry")
 
-MODEL_SWAPS = Counter("kdsm_registry_swaps", "Models swapped in by the registry provider", ["reason"])
-MODEL_REFUSED = Counter("kdsm_registry_refused", "Registry versions a streamer refused to load (old model kept)")
 
 
 class RegistryError(ValueError):
@@ -200,8 +198,9 @@ class RegistryModelProvider:
     """
 
     def __init__(self, registry: ModelRegistry, *, device: str = "auto", check_interval_s: float = 10.0,
-                 fallback: KDSM | None = None, pubsub_client=None):
+                 fallback: KDSM | None = None, pubsub_client=None, metrics: LifecycleMetrics | None = None):
         self.registry = registry
+        self.metrics = metrics or LifecycleMetrics()
         self.device = device
         self.check_interval_s = check_interval_s
         self.refused: dict[str, str] = {}  # version -> why
@@ -266,7 +265,7 @@ class RegistryModelProvider:
     def _refuse(self, version: str, why: str) -> None:
         if self.refused.get(version) != why:
             log.error({"event": "model_refused", "version": version, "why": why, "action": "the old model keeps serving"})
-            MODEL_REFUSED.inc()
+            self.metrics.model_refused.inc()
         self.refused[version] = why
 
     def _watch_failed(self, e: Exception) -> None:  # Redis down or a bug: keep serving, retry later
@@ -290,7 +289,7 @@ class RegistryModelProvider:
             self._model = det
             self._cond.notify_all()
         self.refused.pop(v, None)
-        MODEL_SWAPS.labels(reason).inc()
+        self.metrics.model_swaps.labels(reason).inc()
         log.info({"event": "model_swapped", "from": old, "to": v, "reason": reason})
         return True
 

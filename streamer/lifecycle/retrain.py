@@ -46,7 +46,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from prometheus_client import Counter
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, ResponseError
 
@@ -56,11 +55,11 @@ from offline_train.detector import KDSM
 from offline_train.job import label_metrics
 
 from .archive import closed_files
+from .metrics import LifecycleMetrics
 from .registry import ModelRegistry, RegistryError
 
 log = logging.getLogger("kdsm.retrain")
 
-RETRAIN_RUNS = Counter("kdsm_retrain_runs", "Retrain runs by outcome", ["outcome"])
 EXIT_CODES = {"promoted": 0, "registered": 0, "locked": 0, "rejected": 3, "failed": 1}
 WATCH_GROUP = "kdsm-retrain"
 
@@ -215,7 +214,8 @@ def validate(settings, new_path, current: KDSM | None, files: list[Path]) -> dic
 
 
 # ---------------------------------------------------------------------- the job
-def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None) -> RetrainResult:
+def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None,
+                metrics: LifecycleMetrics | None = None) -> RetrainResult:
     """One retrain under the fleet lock; the outcome is logged, counted and recorded in Redis."""
     lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
     started = time.time()
@@ -231,7 +231,7 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
             res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
         finally:
             lock.release()
-    RETRAIN_RUNS.labels(res.status).inc()
+    (metrics or LifecycleMetrics()).retrain_runs.labels(res.status).inc()
     record = {"status": res.status, "version": res.version or "", "reason": res.reason or "", "trigger": reason,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "seconds": f"{time.time() - started:.2f}", "host": socket.gethostname(),
@@ -315,7 +315,8 @@ def request_retrain(registry: ModelRegistry, reason: str = "manual", by: str | N
 
 
 def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
-          max_runs: int | None = None, consumer: str | None = None) -> list[RetrainResult]:
+          max_runs: int | None = None, consumer: str | None = None,
+          metrics: LifecycleMetrics | None = None) -> list[RetrainResult]:
     """Consume retrain requests (consumer group ``kdsm-retrain``): one run per burst of requests.
 
     A run starts ``retrain.request_delay_s`` after the newest request of the
@@ -358,6 +359,6 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
             last_start_ms = int(time.time() * 1000)
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
             log.info({"event": "retrain_requested", "requests": len(fresh), "reasons": reasons})
-            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons)))
+            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics))
         blocking_client.xack(stream, WATCH_GROUP, *[mid for mid, _ in msgs])
     return results
