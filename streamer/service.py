@@ -18,6 +18,18 @@ from .wiring import close_parts, lifecycle_parts
 log = logging.getLogger("kdsm.stream")
 
 
+def configure_process(settings) -> None:
+    """Process-wide settings of a stream process: torch's CPU threads (``stream.threads``).
+
+    The process's entry point calls it (``kdsm stream``); library calls
+    (tests, the demo's in-process streamer) leave the process alone.
+    """
+    if settings.stream.threads:
+        import torch
+
+        torch.set_num_threads(settings.stream.threads)
+
+
 def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
     """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
     metrics = StreamMetrics()

@@ -81,10 +81,11 @@ def _model_path(a, s) -> str:
 def _stream(a, settings_cls) -> int:
     from streamer.pipeline.checkpoint import DeliveryError
     from streamer.pipeline.logs import setup_logging
-    from streamer.service import run_stream
+    from streamer.service import configure_process, run_stream
 
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
+    configure_process(s)
     # With registry.enabled the model may come from the registry alone (streamer.wiring checks).
     try:
         counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)

@@ -42,7 +42,8 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from kafka import ConsumerRebalanceListener
@@ -81,6 +82,18 @@ class _Rebalance(ConsumerRebalanceListener):
         log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
 
 
+@dataclass
+class Pending:
+    """A batch decoded and handed to the scoring thread, not yet published (at most one at a time)."""
+
+    records: RecordBatch
+    model: object  # the KDSM version that scores every row of this batch
+    thresholds: dict[str, float]  # the live thresholds of that version when the batch was taken
+    decoded: Decoded
+    scores: Future  # -> ScoreResult, from the scoring thread
+    t0: float  # perf_counter at decode start, for kdsm_batch_seconds
+
+
 class StreamApp:
     """Run with ``run()``; stop from any thread with ``stop()`` (or SIGTERM/SIGINT via ``install_signal_handlers``)."""
 
@@ -91,13 +104,13 @@ class StreamApp:
         self.metrics = metrics or StreamMetrics()
         self.thresholds = thresholds  # LiveThresholds or None (artifact thresholds)
         sc = settings.stream
-        self.scorer = Scorer(top_features=sc.top_features, threads=sc.threads)
+        self.scorer = Scorer(top_features=sc.top_features)  # torch threads are the process's (streamer.service)
         self._stop = threading.Event()
         self._decoder: Decoder | None = None
         self._decoder_version: str | None = None
         self.counts = {"events": 0, "scored": 0, "dead_letters": 0, "alerts": 0, "batches": 0}
         self.checkpoint: Checkpointer | None = None
-        self._pending = None  # (record batch, model, thresholds, decoded, scoring future, t0): scored, not yet published
+        self._pending: Pending | None = None
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
@@ -184,22 +197,23 @@ class StreamApp:
         log.info({"event": "model", "version": model.version_, "schema_hash": model.schema_hash_,
                   "device": str(model.device_), "features": len(model.feature_names_)})
 
-    def _prepare(self, rb: RecordBatch, model) -> tuple:
-        """Decode now; score on the scoring thread. Returns what ``_publish`` needs."""
+    def _prepare(self, rb: RecordBatch, model) -> Pending:
+        """Decode now; score on the scoring thread."""
         t0 = time.perf_counter()
         thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
         dec = self._decoder.decode(rb.values)
-        return rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0
+        return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
 
     def _publish_pending(self) -> None:
         """Publish the batch being scored (if any); also called by the rebalance listener before it drains."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self._publish(*pending)
+            self._publish(pending)
 
-    def _publish(self, rb: RecordBatch, model, thresholds, dec: Decoded, future, t0: float) -> None:
+    def _publish(self, p: Pending) -> None:
         k = self.settings.kafka
-        res = future.result()
+        rb, model, thresholds, dec, t0 = p.records, p.model, p.thresholds, p.decoded, p.t0
+        res: ScoreResult = p.scores.result()
         step = max(1, len(rb) // _LATENCY_SAMPLES)
         flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)
