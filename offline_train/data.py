@@ -42,6 +42,15 @@ def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
     return files
 
 
+# The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
+BUNDLED_CARDIO = Path(__file__).resolve().parent / "bundled" / "cardio.parquet"
+
+
+def read_table(spec: str | os.PathLike | list) -> pa.Table:
+    """Every row of the Parquet file(s) at ``spec`` (file, directory, glob or list) as one table."""
+    return _dataset(resolve_paths(spec)).to_table()
+
+
 def _dataset(files: list[Path]) -> ds.Dataset:
     try:
         return ds.dataset([str(f) for f in files], format="parquet")

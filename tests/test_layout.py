@@ -122,3 +122,32 @@ def test_every_log_call_passes_a_dict_event():
                 if not (node.args and isinstance(node.args[0], ast.Dict)):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, f"log calls without a dict event: {bad}"
+
+
+def test_no_private_imports_across_rooms():
+    """A room uses another room's public names only (``from offline_train.data import _dataset`` was one)."""
+    mods = _modules()
+    bad = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                target = node.module
+                if target.split(".")[0] not in ("streamer", "offline_train") or _room(target) == _room(name):
+                    continue
+                bad += [f"{name}: from {target} import {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not bad, bad
+
+
+def test_no_folder_shadows_a_module():
+    """``offline_train/data/`` beside ``offline_train/data.py`` made ``data`` mean two things."""
+    clash = [str(p.relative_to(ROOT)) for pkg in ("streamer", "offline_train") for p in (ROOT / pkg).rglob("*.py")
+             if p.with_suffix("").is_dir()]
+    assert not clash, clash
+
+
+def test_bundled_demo_data_is_package_data():
+    from offline_train.data import BUNDLED_CARDIO
+
+    assert BUNDLED_CARDIO.is_file()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"{BUNDLED_CARDIO.parent.name}/*.parquet"' in pyproject

@@ -3,7 +3,7 @@
 1. starts a local Tansu broker and a Redis server on free loopback ports;
 2. trains K-DSM (with the EMA teacher: the data is contaminated) on the
    bundled ADBench cardio data (1831 rows, 21 features, 9.6 % anomalies;
-   ``offline_train/data/cardio.parquet``), writing the artifact and its report;
+   ``offline_train/bundled/cardio.parquet``), writing the artifact and its report;
 3. runs the streamer and replays the same rows, shuffled, as a live stream
    (labels are never sent; the demo keeps them to say which alerts were real
    anomalies); halfway through it lowers the warning threshold in Redis to the
@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-DATA = Path(__file__).resolve().parents[2] / "offline_train" / "data" / "cardio.parquet"
+from offline_train.data import BUNDLED_CARDIO
+
+DATA = BUNDLED_CARDIO
 
 
 def _alert_line(a: dict, label: int | None) -> str:
