@@ -199,6 +199,22 @@ class LiveThresholds:
             self.metrics.redis_up.set(1 if up else 0)
 
 
+def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
+    """Severities keep the artifact's order (warning < critical): a more severe threshold below a milder one is refused.
+
+    >>> check_order({"warning": 1.0, "critical": 2.0}, {"warning": 1.5, "critical": 2.0})
+    >>> check_order({"warning": 1.0, "critical": 2.0}, {"warning": 2.5, "critical": 2.0})
+    Traceback (most recent call last):
+    ...
+    streamer.lifecycle.thresholds.ThresholdError: critical (2) would be below warning (2.5): a more severe threshold must not be lower
+    """
+    order = sorted(artifact, key=lambda s: artifact[s])
+    for milder, severer in zip(order, order[1:]):
+        if proposed[severer] < proposed[milder]:
+            raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
+                                 "a more severe threshold must not be lower")
+
+
 class ThresholdOps:
     """What ``kdsm thresholds show|set|reset`` does, for one model artifact's version.
 
@@ -242,7 +258,10 @@ class ThresholdOps:
             score = self.model.calibration_.threshold_for_quantile(quantile)
         if score is None or not np.isfinite(score):
             raise ThresholdError(f"--score must be a finite number, got {score}")
+        if score < 0:
+            raise ThresholdError(f"--score must be >= 0: an anomaly score is a norm, never negative (got {score})")
         _, eff = self._effective()
+        check_order(self.model.thresholds_, {**eff, severity: float(score)})
         entry = self.store.set(self.model.version_, severity, float(score), quantile, by or default_actor(), eff[severity])
         return {"version": self.model.version_, **entry}
 
