@@ -47,8 +47,9 @@ def test_add_promote_rollback_and_list(registry, tiny_model_dir, second_model_di
     assert registry.rollback() == (v2, v1)
     assert registry.pointers() == {"current": v1, "previous": v2}
     assert [h["action"] for h in registry.history()] == ["rollback", "promote", "promote"]
-    # Promoting the current version again changes nothing.
-    assert registry.promote(v1) == (v1, v1)
+    # Promoting the current version again changes nothing: the pointers stay (previous, current).
+    assert registry.promote(v1) == (v2, v1)
+    assert registry.pointers() == {"current": v1, "previous": v2}
 
 
 def test_refusals(registry, tiny_model_dir):

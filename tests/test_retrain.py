@@ -244,3 +244,22 @@ def test_gate_compares_with_current_on_labelled_rows(tmp_path, redis_url, unique
     labels = res.details["gate"]["checks"]["labels"]
     assert labels["new"]["auc_pr"] < labels["current"]["auc_pr"] - s.retrain.gate_max_auc_pr_drop
     assert reg.current_version() == v0
+
+
+def test_models_add_promote_twice_keeps_previous(setup, tmp_path, capsys, second_model):
+    """A repeated `models add --promote` (a re-run bootstrap job) must not make previous == current."""
+    s, reg, v0 = setup
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"redis", "registry"}))))
+    add = ["models", "add", "--config", str(cfg), "--model", str(second_model), "--promote"]
+    assert kdsm_main(add) == 0
+    first = json.loads(capsys.readouterr().out)
+    v1 = first["added"]
+    assert (first["previous"], first["current"], first["promoted"]) == (v0, v1, True)
+    assert kdsm_main(add) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["previous"], again["current"], again["promoted"]) == (v0, v1, False)
+    assert reg.pointers() == {"current": v1, "previous": v0}
+    assert reg.get(v1)["status"] == "promoted"  # re-adding did not reset the serving version's metadata
+    assert kdsm_main(["models", "rollback", "--config", str(cfg)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rolled_back": v1, "current": v0}

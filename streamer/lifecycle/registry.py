@@ -76,7 +76,7 @@ class LocalArtifactStore:
 # Atomic pointer moves: read, move, publish and audit in one server-side step.
 _PROMOTE = """
 local cur = redis.call('HGET', KEYS[1], 'current')
-if cur == ARGV[1] then return {cur, cur} end
+if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
 if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
 redis.call('HSET', KEYS[1], 'current', ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
@@ -115,9 +115,18 @@ class ModelRegistry:
 
     # ------------------------------------------------------------ versions
     def add(self, model_dir: str | os.PathLike, meta: dict | None = None) -> str:
-        """Copy an artifact into the store and register it; returns its version (from its metadata)."""
+        """Copy an artifact into the store and register it; returns its version (from its metadata).
+
+        Adding a version that is already registered keeps its metadata and
+        status (a second ``models add`` of the serving model must not mark it
+        "registered" again); only a missing artifact is copied back.
+        """
         det = KDSM.load(model_dir, device="cpu")  # refuses a corrupt artifact before it enters the store
         version = det.version_
+        if self.get(version) is not None:
+            if not self.store.exists(version):
+                self.store.put(version, model_dir)
+            return version
         self.store.put(version, model_dir)
         base = {"version": version, "created": det.metadata_.get("created", _now_iso()), "registered": _now_iso(),
                 "features": det.feature_names_, "schema_hash": det.schema_hash_, "thresholds": det.thresholds_,
@@ -164,7 +173,12 @@ class ModelRegistry:
         return self.r.hget(self.keys.pointers, "current") or None
 
     def promote(self, version: str, reason: str = "manual", force: bool = False) -> tuple[str | None, str]:
-        """Make ``version`` current (the old current becomes previous). Refuses unknown, missing or gate-rejected versions."""
+        """Make ``version`` current (the old current becomes previous); returns the pointers after it: (previous, current).
+
+        Promoting the version that is already current changes nothing (the
+        previous pointer stays what rollback goes back to). Refuses unknown,
+        missing or gate-rejected versions.
+        """
         meta = self.get(version)
         if meta is None:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
@@ -172,11 +186,12 @@ class ModelRegistry:
             raise RegistryError(f"version {version} has no artifact in the store ({self.store.local_path(version)})")
         if meta.get("status") == "rejected" and not force:
             raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
-        old, new = self._promote(keys=[self.keys.pointers, self.keys.log],
-                                 args=[version, self.keys.channel, "promote", reason, _now_iso()])
-        if old != new:
+        was = self.current_version()
+        prev, new = self._promote(keys=[self.keys.pointers, self.keys.log],
+                                  args=[version, self.keys.channel, "promote", reason, _now_iso()])
+        if was != new:
             self.update(version, status="promoted", promoted=_now_iso())
-        return (old or None), new
+        return (prev or None), new
 
     def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
         """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""

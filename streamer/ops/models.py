@@ -100,7 +100,9 @@ def _models(a, settings_cls) -> int:
         v = reg.add(a.model, meta={"trigger": "manual add"})
         out = {"added": v}
         if a.promote:
+            was = reg.current_version()
             out["previous"], out["current"] = reg.promote(v, reason="manual add")
+            out["promoted"] = was != v
         _print(out)
     elif a.action == "promote":
         old, new = reg.promote(a.version, reason=a.reason, force=a.force)
