@@ -209,7 +209,7 @@ def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
     streamer.lifecycle.thresholds.ThresholdError: critical (2) would be below warning (2.5): a more severe threshold must not be lower
     """
     order = sorted(artifact, key=lambda s: artifact[s])
-    for milder, severer in zip(order, order[1:]):
+    for milder, severer in zip(order, order[1:], strict=False):
         if proposed[severer] < proposed[milder]:
             raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
                                  "a more severe threshold must not be lower")

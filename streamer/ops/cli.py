@@ -1,12 +1,17 @@
 """``kdsm``: one command, many subcommands, each with ``--help``.
 
 Errors a user can fix (bad config, missing file, bad data, bad artifact)
-print one line on stderr and exit with status 2, without a traceback.
+print one line on stderr and exit with status 2, without a traceback. A
+closed stdout (``kdsm ... | head``) ends the command quietly. Start-up
+imports only what the parser needs (argparse, pydantic for the settings):
+torch, pyarrow, Kafka and Redis clients load inside the command that uses
+them, so ``kdsm --help`` answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from offline_train import cli as offline_commands
@@ -39,20 +44,56 @@ def user_errors() -> tuple[type[Exception], ...]:
     return ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("kdsm-stream")
+    except PackageNotFoundError:  # run from a checkout without installing it
+        return "unknown (not installed)"
+
+
+def build_parser(benches: bool = True) -> argparse.ArgumentParser:
+    """The whole ``kdsm`` parser; ``benches=False`` leaves ``kdsm bench``'s (heavy) subcommands out."""
     parser = argparse.ArgumentParser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
+    parser.add_argument("--version", action="version", version=f"kdsm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub, Settings)
     bench = sub.add_parser("bench", help="benchmarks that print figures and write them to files")
-    register_benches(bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True))
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    if benches:
+        register_benches(bench_sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _stdout_closed() -> int:
+    """stdout's reader went away (``| head``): drop what is left, no traceback; the status a SIGPIPE death gives."""
     try:
-        return int(args.func(args) or 0)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser(benches=bool(argv) and argv[0] == "bench").parse_args(argv)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        raise
     except Exception as e:
         if not isinstance(e, user_errors()):
             raise

@@ -50,10 +50,20 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
         if name in ("set", "reset"):
             q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
         q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
-    from .threshold_report import (
-        register_action,  # `kdsm thresholds report` (streamer/ops/threshold_report.py)
-    )
-    register_action(tsub, settings_cls)
+    q = tsub.add_parser("report", help="PNG of the recent score distribution with the thresholds and their alert rates",
+                        description="Reads the archive (archive.dir), keeps the rows scored by the model's version "
+                                    "(or --rescore), and shows what each threshold, and a few candidate quantiles, "
+                                    "would alert on that window.")
+    q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
+                                   "registry.enabled, else stream.model)")
+    q.add_argument("--config", help="YAML config file")
+    q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
+    q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
+    q.add_argument("--max-rows", type=int, default=200_000, help="newest rows used")
+    q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
+    q.add_argument("--out", default="thresholds-report.png", help="PNG to write")
+    q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    q.set_defaults(func=lambda a: _report(a, settings_cls))
 
     p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
                        description="Starts a local Tansu broker and Redis, trains on the bundled cardio data, replays it as a "
@@ -120,6 +130,12 @@ def _thresholds(a, settings_cls) -> int:
     json.dump(out, sys.stdout, indent=2)
     print()
     return 0
+
+
+def _report(a, settings_cls) -> int:
+    from .threshold_report import run
+
+    return run(a, settings_cls)
 
 
 def _demo(a, settings_cls) -> int:

@@ -235,25 +235,7 @@ def format_table(report: Report) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- CLI
-def register_action(tsub, settings_cls) -> None:
-    """Adds ``report`` to the ``kdsm thresholds`` actions."""
-    q = tsub.add_parser("report", help="PNG of the recent score distribution with the thresholds and their alert rates",
-                        description="Reads the archive (archive.dir), keeps the rows scored by the model's version "
-                                    "(or --rescore), and shows what each threshold, and a few candidate quantiles, "
-                                    "would alert on that window.")
-    q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
-                                   "registry.enabled, else stream.model)")
-    q.add_argument("--config", help="YAML config file")
-    q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
-    q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
-    q.add_argument("--max-rows", type=int, default=200_000, help="newest rows used")
-    q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
-    q.add_argument("--out", default="thresholds-report.png", help="PNG to write")
-    q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    q.set_defaults(func=lambda a: run(a, settings_cls))
-
-
+# ----------------------------------------------------------------------------- CLI (parser: streamer.ops.commands)
 def run(a, settings_cls) -> int:
     from offline_train.config import load_settings
     from offline_train.detector import KDSM
