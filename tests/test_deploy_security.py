@@ -125,11 +125,12 @@ def test_live_thresholds_authenticate_and_follow_an_override(secure_redis, tiny_
     live = LiveThresholds(s.redis.url, PASSWORD, s.redis.key_prefix, refresh_s=0.2).start()
     try:
         assert live.get(model) == model.thresholds_ and live.redis_up
-        ops.set("warning", score=123.0, by="test")
+        new = (model.thresholds_["warning"] + model.thresholds_["critical"]) / 2  # still below critical
+        ops.set("warning", score=new, by="test")
         deadline = time.monotonic() + 5
-        while live.get(model)["warning"] != 123.0 and time.monotonic() < deadline:
+        while live.get(model)["warning"] != new and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert live.get(model)["warning"] == 123.0
+        assert live.get(model)["warning"] == new
     finally:
         live.stop()
     # a wrong password: scoring would continue on the artifact thresholds, and Redis counts as down
