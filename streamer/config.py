@@ -25,6 +25,7 @@ class KafkaConfig(Section):
     deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
     group_id: str = Field("kdsm-stream", description="consumer group; run N streamers with one group to scale out")
     client_id: str = Field("kdsm-stream", description="client id shown in broker logs")
+    connect_timeout_s: float = Field(10.0, gt=0, description="give up reaching a broker after this long (a kdsm command then says Kafka is unreachable)")
     auto_offset_reset: str = Field("earliest", description="where a group without committed offsets starts: earliest|latest")
     security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ... (SASL only)")

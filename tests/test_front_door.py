@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +56,70 @@ def test_a_closed_pipe_ends_quietly():
         code, err = _closed_stdout(*args)
         assert "Traceback" not in err and "BrokenPipeError" not in err, err
         assert code == (141 if args[0] == "config" else 0), (args, code, err)  # argparse's help ignores the closed pipe
+
+
+# ----------------------------------------------------------------------------- unreachable services
+def _error_lines(stderr: str) -> list[str]:
+    """stderr lines that are not JSON log events."""
+    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("{")]
+
+
+def _down_port() -> int:
+    from streamer.dev.local_services import free_port
+
+    return free_port()  # nothing listens there
+
+
+def test_unreachable_kafka_is_one_line_within_the_connect_timeout(redis_url, tiny_model_dir):
+    port = _down_port()
+    env = {"KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{port}", "KDSM_KAFKA__CONNECT_TIMEOUT_S": "2",
+           "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    for args in (("stream", "--model", str(tiny_model_dir)),
+                 ("replay", "--data", "offline_train/bundled/cardio.parquet", "--limit", "5")):
+        t0 = time.monotonic()
+        r = kdsm_proc(*args, env=env)
+        took = time.monotonic() - t0
+        assert r.returncode == 2, (args, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and f"Kafka at 127.0.0.1:{port} is unreachable" in lines[0], lines
+        assert took < 30, f"{args[0]} took {took:.0f} s with a 2 s connect timeout"
+
+
+def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
+    port = _down_port()
+    env = {"KDSM_REDIS__URL": f"redis://:secret@127.0.0.1:{port}/0", "KDSM_REGISTRY__STORE_DIR": str(tmp_path / "store")}
+    for args in (("models", "list"), ("models", "rollback"), ("retrain",), ("retrain", "--request"),
+                 ("thresholds", "show", "--model", str(tiny_model_dir))):
+        r = kdsm_proc(*args, env=env)
+        assert r.returncode == 2, (args, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and f"Redis at redis://:***@127.0.0.1:{port}/0 is unreachable" in lines[0], (args, lines)
+        assert "secret" not in r.stderr
+
+
+def test_sigterm_while_waiting_for_kafka_stops_at_once(redis_url, tiny_model_dir):
+    port = _down_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{port}",
+           "KDSM_KAFKA__CONNECT_TIMEOUT_S": "120", "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    p = subprocess.Popen([sys.executable, "-m", "streamer", "stream", "--model", str(tiny_model_dir), "--log-level", "DEBUG"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        seen = []
+        for line in p.stderr:  # kafka-python's first bootstrap attempt: the signal handlers are in place
+            seen.append(line)
+            if '"logger": "kafka' in line:
+                break
+        else:
+            raise AssertionError("".join(seen)[-2000:])
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        rest = p.communicate(timeout=30)[1]
+        assert time.monotonic() - t0 < 10
+        assert p.returncode == 130 and "Traceback" not in rest, (p.returncode, rest[-2000:])
+        assert "interrupted" in rest
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -129,6 +129,22 @@ def connect(url: str, password: str | None = None, *, timeout_s: float | None = 
                                 socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
 
 
+class RedisUnavailable(ConnectionError):
+    """Redis at ``redis.url`` did not answer within ``redis.connect_timeout_s``."""
+
+
+def require(client, redis_cfg):
+    """``client`` after one PING; an unreachable Redis raises ``RedisUnavailable`` naming the (masked) address."""
+    import redis
+
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        raise RedisUnavailable(f"Redis at {mask_url(redis_cfg.url)} is unreachable within {redis_cfg.connect_timeout_s:g} s "
+                               f"(redis.url, redis.connect_timeout_s): {e}") from None
+    return client
+
+
 def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
     """A client from the ``redis`` section: control-plane timeouts, or the hot path's short one, or blocking."""
     pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None

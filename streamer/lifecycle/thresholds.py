@@ -29,7 +29,7 @@ import time
 import numpy as np
 import redis
 
-from .control import ChannelWatcher, Keys, connect, mask_url, redis_client
+from .control import ChannelWatcher, Keys, connect, redis_client, require
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -228,12 +228,7 @@ class ThresholdOps:
     @classmethod
     def from_settings(cls, s, model) -> ThresholdOps:
         r = s.redis
-        client = redis_client(r)
-        try:
-            client.ping()
-        except (redis.RedisError, OSError) as e:  # a password in the URL never reaches the terminal
-            raise ThresholdError(f"Redis at {mask_url(r.url)} is unreachable: {e}") from None
-        return cls(ThresholdStore(client, r.key_prefix), model)
+        return cls(ThresholdStore(require(redis_client(r), r), r.key_prefix), model)
 
     def _effective(self) -> tuple[dict[str, dict], dict[str, float]]:
         over = self.store.overrides(self.model.version_)

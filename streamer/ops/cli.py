@@ -11,6 +11,7 @@ them, so ``kdsm --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -38,10 +39,16 @@ def user_errors() -> tuple[type[Exception], ...]:
     from offline_train.artifact import ArtifactError
     from offline_train.config import ConfigError
     from offline_train.data import DataError
+    from streamer.lifecycle.control import RedisUnavailable
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
-    return ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError
+    errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
+              RedisUnavailable)
+    kafka_clients = sys.modules.get("streamer.pipeline.kafka_clients")  # only a command that loaded it reaches a broker
+    if kafka_clients is not None:
+        errors += (kafka_clients.KafkaUnavailable,)
+    return errors
 
 
 def version() -> str:
@@ -88,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser(benches=bool(argv) and argv[0] == "bench").parse_args(argv)
+    # kafka-python logs every failed connection attempt; without a handler Python would print them all on
+    # stderr. Commands that set up logging route them to the JSON log (streamer.pipeline.logs).
+    logging.getLogger("kafka").addHandler(logging.NullHandler())
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit

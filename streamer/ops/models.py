@@ -52,9 +52,11 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
 
 
 def _registry(s):
+    """The registry, after one PING: an unreachable Redis is one line (exit 2), not a traceback at the first command."""
+    from streamer.lifecycle.control import redis_client, require
     from streamer.lifecycle.registry import ModelRegistry
 
-    return ModelRegistry.from_settings(s)
+    return ModelRegistry.from_settings(s, client=require(redis_client(s.redis), s.redis))
 
 
 def _print(obj) -> None:

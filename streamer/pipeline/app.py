@@ -114,12 +114,16 @@ class StreamApp:
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
+        self._looping = False  # False while the clients reach the broker: a signal then interrupts the wait
 
     def stop(self) -> None:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
         def handler(signum, frame):
+            if not self._looping:  # still reaching the broker: nothing to drain, stop waiting now
+                log.info({"event": "signal", "signal": signal.Signals(signum).name, "action": "stop starting"})
+                raise KeyboardInterrupt
             log.info({"event": "signal", "signal": signal.Signals(signum).name, "action": "finish batch, drain, close"})
             self.stop()
         signal.signal(signal.SIGTERM, handler)
@@ -138,6 +142,7 @@ class StreamApp:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
             self._use_model(self.provider.current())  # metrics and the log name the model before the first event
+            self._looping = True
             while not self._stop.is_set():
                 self.metrics.last_loop = time.time()
                 # While a batch is being scored or awaits its acks, poll briefly so it is published and
