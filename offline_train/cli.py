@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="replace the model artifact already at --out")
     p.set_defaults(func=lambda a: _train(a, settings_cls))
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",
@@ -53,7 +54,10 @@ def _train(a, settings_cls) -> int:
         s.train.seed = a.seed
     if a.device:
         s.train.device = a.device
-    summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty())
+    from .model import resolve_device
+
+    resolve_device(s.train.device)  # an unusable device fails here, in one line, before any data is read
+    summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty(), force=a.force)
     print(json.dumps({"version": summary["version"], "labels": summary.get("labels"),
                       "train_seconds": summary["train"]["seconds"]}))
     return 0

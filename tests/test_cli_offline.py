@@ -66,7 +66,7 @@ def test_rows_with_missing_values_are_skipped_and_counted(tmp_path, tiny_config)
 def test_directory_and_glob_inputs(small_parquet, tiny_config, tmp_path):
     for spec in (str(small_parquet.parent), str(small_parquet.parent / "*.parquet")):
         assert main(["train", "--data", spec, "--out", str(tmp_path / "m"), "--config", str(tiny_config),
-                     "--quiet", "--features", "f0", "f1", "f2"]) == 0
+                     "--quiet", "--features", "f0", "f1", "f2", "--force"]) == 0  # the second replaces the first
         assert KDSM.load(tmp_path / "m").feature_names_ == ["f0", "f1", "f2"]
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pyarrow", "numpy", "redis", "kafka", "sklearn", "river", "matplotlib")
@@ -123,3 +126,45 @@ def test_sigterm_while_waiting_for_kafka_stops_at_once(redis_url, tiny_model_dir
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+# ----------------------------------------------------------------------------- devices and outputs
+def test_cuda_without_cuda_is_one_line(tiny_model_dir, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data = "offline_train/bundled/cardio.parquet"
+    for args, env in ((("train", "--data", data, "--out", str(tmp_path / "m"), "--steps", "5", "--device", "cuda"), {}),
+                      (("train", "--data", data, "--out", str(tmp_path / "m"), "--steps", "5", "--device", "cuda:x"), {}),
+                      (("stream", "--model", str(tiny_model_dir)), {"KDSM_STREAM__DEVICE": "cuda"})):
+        r = kdsm_proc(*args, env=env)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and "device 'cuda" in lines[0], lines
+    assert not (tmp_path / "m").exists()
+
+
+def test_train_checks_out_before_training_and_overwrites_only_with_force(tmp_path, tiny_model_dir):
+    data = "offline_train/bundled/cardio.parquet"
+    a_file = tmp_path / "model.bin"
+    a_file.write_text("not an artifact")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("precious")
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    before = (model / "metadata.json").read_text()
+    for out, why in ((a_file, "is a file"), (other, "holds other files"), (model, "--force")):
+        t0 = time.monotonic()
+        r = kdsm_proc("train", "--data", data, "--out", str(out), "--steps", "2000")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert why in r.stderr and "trained:" not in r.stdout  # refused before any training
+        assert time.monotonic() - t0 < 30
+    r = kdsm_proc("train", "--data", data, "--out", str(other), "--steps", "5", "--force")
+    assert r.returncode == 2 and (other / "keep.txt").read_text() == "precious"  # --force replaces artifacts only
+    assert (model / "metadata.json").read_text() == before
+    r = kdsm_proc("train", "--data", data, "--out", str(model), "--steps", "5", "--force",
+                  env={"KDSM_MODEL__WIDTH": "32", "KDSM_MODEL__DEPTH": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (model / "metadata.json").read_text() != before

@@ -72,7 +72,8 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         s.model.width, s.model.depth = 128, 3  # small enough to train in seconds on a laptop CPU
         s.train.steps = steps
         out(f"training K-DSM-EMA on {DATA.name} ({steps} steps) ...")
-        summary = train_job(s, DATA, work / "model", progress=False, log=lambda m: out("  " + m))
+        summary = train_job(s, DATA, work / "model", progress=False, log=lambda m: out("  " + m),
+                            force=True)  # the demo owns its workdir: a re-run replaces its model
         table = pq.read_table(DATA)
         labels = table.column("label").to_pylist()
         ensure_topics(s.kafka, [s.kafka.events_topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])

@@ -45,6 +45,9 @@ def user_errors() -> tuple[type[Exception], ...]:
 
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
               RedisUnavailable)
+    model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
+    if model is not None:
+        errors += (model.DeviceError,)
     kafka_clients = sys.modules.get("streamer.pipeline.kafka_clients")  # only a command that loaded it reaches a broker
     if kafka_clients is not None:
         errors += (kafka_clients.KafkaUnavailable,)

@@ -96,6 +96,9 @@ def _stream(a, settings_cls) -> int:
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
     configure_process(s)
+    from offline_train.model import resolve_device
+
+    resolve_device(s.stream.device)  # `cuda` without CUDA: one line now, not an artifact error later
     # With registry.enabled the model may come from the registry alone (streamer.wiring checks).
     try:
         counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
