@@ -59,7 +59,8 @@ def _train(a, settings_cls) -> int:
     resolve_device(s.train.device)  # an unusable device fails here, in one line, before any data is read
     summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty(), force=a.force)
     print(json.dumps({"version": summary["version"], "labels": summary.get("labels"),
-                      "train_seconds": summary["train"]["seconds"]}))
+                      "train_seconds": summary["train"]["seconds"],
+                      "rows_read": summary["data"]["rows_read"], "rows_skipped": summary["data"]["rows_skipped"]}))
     return 0
 
 

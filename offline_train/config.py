@@ -40,6 +40,7 @@ class DataConfig(Section):
     label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
     batch_rows: int = Field(65536, gt=0, description="Parquet record-batch size while streaming")
     max_train_rows: int = Field(200_000, gt=0, description="cap on rows held in memory for SGD (uniform sample)")
+    max_skipped_fraction: float = Field(0.25, ge=0, le=1, description="fail training when more than this fraction of the rows has a missing or non-finite feature (such rows are skipped)")
     scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
 
 

@@ -55,9 +55,13 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     check_output(out, force)
     dc = settings.data
     source = ParquetSource(data, features=dc.features, id_column=dc.id_column, timestamp_column=dc.timestamp_column,
-                           label_column=dc.label_column, batch_rows=dc.batch_rows)
+                           label_column=dc.label_column, batch_rows=dc.batch_rows,
+                           max_skipped_fraction=dc.max_skipped_fraction)  # checked at the end of the first pass
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
     det = KDSM.from_settings(settings).fit_source(source, progress=progress)
+    if source.rows_skipped:
+        log(f"data: skipped {source.rows_skipped} of {source.rows_read} rows ({source.rows_skipped / source.rows_read:.1%}): "
+            f"a feature is missing or non-finite (NaN/inf); bound data.max_skipped_fraction = {dc.max_skipped_fraction:g}")
     ts = det.train_summary_
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
