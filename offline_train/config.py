@@ -15,6 +15,7 @@ default.
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -223,6 +224,57 @@ class TrainSettings(KDSMSettings):
 # The YAML path travels to settings_customise_sources through this per-class slot:
 # pydantic-settings builds sources before __init__ can see a custom argument.
 _CURRENT_FILE: dict[type, Path | None] = {}
+
+
+ENV_PREFIX = "KDSM_"
+
+
+def env_names(cls: type[BaseModel], prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment variable a settings class reads: ``KDSM_SECTION`` (JSON) and ``KDSM_SECTION__KEY``, nested.
+
+    >>> sorted(n for n in env_names(TrainSettings) if n.startswith("KDSM_EMA"))[:3]
+    ['KDSM_EMA', 'KDSM_EMA__AVERAGE_BUFFERS', 'KDSM_EMA__DECAY']
+    """
+    out = set()
+    for name, f in cls.model_fields.items():
+        env = (prefix + name).upper()
+        out.add(env)
+        sub = f.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            out |= env_names(sub, env + "__")
+        elif typing.get_origin(sub) is dict:  # KDSM_CALIBRATION__SEVERITIES__WARNING: any key below it
+            out.add(env + "__*")
+    return out
+
+
+def unknown_env(cls: type[BaseModel], environ=None) -> list[str]:
+    """``KDSM_*`` variables ``cls`` would silently ignore: a misspelt key, or a section with one underscore.
+
+    Variables of tools rather than settings (``KDSM_TEST_KAFKA``, ``KDSM_LOCAL_STATE``) have no ``__`` and
+    start with no section name, so they pass.
+
+    >>> unknown_env(TrainSettings, {"KDSM_TRAIN__STPES": "5", "KDSM_TRAIN_STEPS": "5", "KDSM_TRAIN__STEPS": "5",
+    ...                             "KDSM_TEST_KAFKA": "x"})
+    ['KDSM_TRAIN_STEPS (did you mean KDSM_TRAIN__STEPS?)', 'KDSM_TRAIN__STPES (did you mean KDSM_TRAIN__STEPS?)']
+    """
+    import difflib
+
+    environ = os.environ if environ is None else environ
+    known = env_names(cls)
+    sections = {n[len(ENV_PREFIX):] for n in known if "__" not in n}
+    out = []
+    for name in sorted(environ):
+        up = name.upper()
+        if not up.startswith(ENV_PREFIX) or up in known:
+            continue
+        if any(up.startswith(k[:-1]) for k in known if k.endswith("__*")):
+            continue
+        rest = up[len(ENV_PREFIX):]
+        if "__" not in rest and not any(rest.startswith(s + "_") for s in sections):
+            continue
+        guess = difflib.get_close_matches(up, [k for k in known if not k.endswith("*")], n=1, cutoff=0.8)
+        out.append(name + (f" (did you mean {guess[0]}?)" if guess else ""))
+    return out
 
 
 def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLike | None = None, **overrides: Any):

@@ -168,3 +168,17 @@ def test_train_checks_out_before_training_and_overwrites_only_with_force(tmp_pat
                   env={"KDSM_MODEL__WIDTH": "32", "KDSM_MODEL__DEPTH": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert (model / "metadata.json").read_text() != before
+
+
+# ----------------------------------------------------------------------------- environment
+def test_a_misspelt_environment_variable_is_reported():
+    r = kdsm_proc("config", "show", env={"KDSM_KAFKA__BOOTSTRAPP": "broker:9092"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and "KDSM_KAFKA__BOOTSTRAPP (did you mean KDSM_KAFKA__BOOTSTRAP?)" in lines[0], lines
+    r = kdsm_proc("config", "show", env={"KDSM_REDIS_URL": "redis://x:1/0"})  # one underscore: ignored before
+    assert r.returncode == 2 and "did you mean KDSM_REDIS__URL?" in r.stderr
+    # the right names, a dict key below a section, and tool variables without a section pass
+    r = kdsm_proc("config", "show", env={"KDSM_KAFKA__BOOTSTRAP": "broker:9092", "KDSM_TEST_SOMETHING": "1",
+                                         "KDSM_CALIBRATION__SEVERITIES__WARNING": "0.95"})
+    assert r.returncode == 0 and "broker:9092" in r.stdout, r.stderr

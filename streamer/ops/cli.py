@@ -78,6 +78,16 @@ def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def _check_env() -> None:
+    """A misspelt ``KDSM_*`` variable is an error, as a misspelt key in a config file is (pydantic would ignore it)."""
+    from offline_train.config import ConfigError, unknown_env
+
+    bad = unknown_env(Settings)
+    if bad:
+        raise ConfigError("unknown environment variable(s), no setting reads them: " + ", ".join(bad)
+                          + " (every KDSM_<SECTION>__<KEY>: configs/default.yaml)")
+
+
 def _stdout_closed() -> int:
     """stdout's reader went away (``| head``): drop what is left, no traceback; the status a SIGPIPE death gives."""
     try:
@@ -102,6 +112,7 @@ def _main(argv: list[str]) -> int:
     # stderr. Commands that set up logging route them to the JSON log (streamer.pipeline.logs).
     logging.getLogger("kafka").addHandler(logging.NullHandler())
     try:
+        _check_env()
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return code
