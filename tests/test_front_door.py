@@ -182,3 +182,38 @@ def test_a_misspelt_environment_variable_is_reported():
     r = kdsm_proc("config", "show", env={"KDSM_KAFKA__BOOTSTRAP": "broker:9092", "KDSM_TEST_SOMETHING": "1",
                                          "KDSM_CALIBRATION__SEVERITIES__WARNING": "0.95"})
     assert r.returncode == 0 and "broker:9092" in r.stdout, r.stderr
+
+
+# ----------------------------------------------------------------------------- help texts
+def _walk(parser, path=("kdsm",)):
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, (*path, name))
+
+
+def test_every_option_has_help_with_its_default_and_no_description_is_cut_off():
+    import argparse
+
+    from streamer.ops.cli import build_parser
+
+    bad = []
+    for path, parser in _walk(build_parser()):
+        cmd = " ".join(path)
+        if parser.description and parser.description.rstrip()[-1] not in ".)":
+            bad.append(f"{cmd}: description ends mid-sentence: ...{parser.description[-40:]!r}")
+        for a in parser._actions:
+            if not a.option_strings or a.dest in ("help", "version"):
+                continue
+            if not a.help:
+                bad.append(f"{cmd} {a.option_strings[-1]}: no help")
+            elif a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help:
+                bad.append(f"{cmd} {a.option_strings[-1]}: default {a.default!r} not shown")
+    assert not bad, "\n".join(bad)
+    r = kdsm_proc("thresholds", "set", "--help")
+    assert "{warning,critical,...}" in r.stdout
+    r = kdsm_proc("bench", "stream", "--help")
+    assert "(target >= 0.7)." in " ".join(r.stdout.split())

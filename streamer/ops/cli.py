@@ -75,7 +75,19 @@ def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     if benches:
         register_benches(bench_sub)
+    _show_defaults(parser)
     return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every option's help ends with its default, where it has one and the text does not say it already."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
+        elif (action.option_strings and action.help and action.help != argparse.SUPPRESS
+              and action.default not in (None, False, argparse.SUPPRESS) and "default" not in action.help):
+            action.help += " (default: %(default)s)"
 
 
 def _check_env() -> None:

@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
     p.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
     p.add_argument("--max-events", type=int, help="stop after this many events (default: run until SIGTERM/SIGINT)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                   help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _stream(a, settings_cls))
 
     p = sub.add_parser("replay", help="produce the rows of a Parquet file as JSON events (demos, benchmarks)",
@@ -41,7 +42,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                                        "registry.enabled, else stream.model)")
         q.add_argument("--config", help="YAML config file")
         if name == "set":
-            q.add_argument("--severity", required=True, help="severity name, e.g. warning or critical")
+            q.add_argument("--severity", required=True, metavar="{warning,critical,...}",
+                           help="one of the model's severities (calibration.severities; by default warning, critical)")
             g = q.add_mutually_exclusive_group(required=True)
             g.add_argument("--quantile", type=float, help="quantile of the artifact's calibration scores, e.g. 0.995")
             g.add_argument("--score", type=float, help="absolute anomaly score")
