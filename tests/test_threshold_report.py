@@ -185,3 +185,28 @@ def test_default_model_is_the_registry_current_version(tmp_path, model, tiny_mod
     reg.promote(version, reason="test", force=True)
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["version"] == version == model.version_
+
+
+def test_one_expected_rate_per_threshold_and_unresolvable_quantiles_are_flagged():
+    """The same threshold showed two "expected" rates (1 - q in one table, the calibration count in the other)."""
+    from offline_train.calibrate import Calibration
+    from streamer.ops.threshold_report import Window, build_report, format_table
+
+    rng = np.random.default_rng(0)
+    cal = Calibration.fit(rng.gamma(2.0, 1.0, 500), {"warning": 0.99, "critical": 0.999})
+    model = SimpleNamespace(version_="v-test", calibration_=cal)
+    window = Window(scores=rng.gamma(2.0, 1.0, 4000), files=1, rows_read=4000, first=None, last=None,
+                    versions={"v-test": 4000}, rescored=False)
+    rep = build_report(model, window, dict(cal.thresholds), "artifact")
+    rows = {r["severity"]: r for r in rep.thresholds}
+    cands = {c["quantile"]: c for c in rep.candidates}
+    assert cands[0.99]["score"] == pytest.approx(rows["warning"]["score"])
+    assert cands[0.99]["expected_rate"] == rows["warning"]["expected_rate"]  # one rate for one threshold
+    assert cands[0.99]["expected_rate"] == pytest.approx(np.mean(cal.scores >= cal.thresholds["warning"]))
+    assert cands[0.99]["nominal_rate"] == pytest.approx(0.01)
+    # 500 calibration scores resolve 1 - q >= 1/500 only
+    assert cands[0.99]["resolvable"] and cands[0.995]["resolvable"]
+    assert not cands[0.999]["resolvable"] and not cands[0.9999]["resolvable"]
+    text = format_table(rep)
+    assert "q=0.9999 needs at least 10000 calibration scores, the artifact has 500" in text
+    assert "would alert" in text and "not the alerts the streamer sent" in text
