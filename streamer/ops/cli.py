@@ -122,7 +122,9 @@ def _main(argv: list[str]) -> int:
     args = build_parser(benches=bool(argv) and argv[0] == "bench").parse_args(argv)
     # kafka-python logs every failed connection attempt; without a handler Python would print them all on
     # stderr. Commands that set up logging route them to the JSON log (streamer.pipeline.logs).
-    logging.getLogger("kafka").addHandler(logging.NullHandler())
+    kafka_log = logging.getLogger("kafka")
+    if not kafka_log.handlers:
+        kafka_log.addHandler(logging.NullHandler())
     try:
         _check_env()
         code = int(args.func(args) or 0)
