@@ -63,8 +63,11 @@ class Checkpointer:
         self.committed_batches = 0
         self.failed_commits = 0
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> None:
-        batch.sends.append((topic, key, value, self.producer.send(topic, key=key, value=value)))
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes):
+        """Hand one message to the producer; returns its future (resolved by the broker's ack)."""
+        fut = self.producer.send(topic, key=key, value=value)
+        batch.sends.append((topic, key, value, fut))
+        return fut
 
     def add(self, batch: InFlight) -> None:
         self.in_flight.append(batch)
