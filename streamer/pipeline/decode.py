@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import itemgetter
 
 import numpy as np
@@ -127,26 +127,31 @@ class Decoder:
         loads = orjson.loads
         try:
             lens = list(map(len, values))  # TypeError on a tombstone (None)
-            if not lens or (min(lens) > 0 and max(lens) <= self._fast_max_bytes):
-                objs = list(map(loads, values))  # JSONDecodeError (a ValueError) at the first bad one
-                if set(map(type, objs)) <= {dict}:
-                    return objs, True
-        except (TypeError, ValueError):
-            pass
-        out, all_objects = [], True
-        for v in values:
-            o = None
-            if v and len(v) <= self.max_bytes and (
-                    len(v) < _SHALLOW_BYTES or v.count(b"[") + v.count(b"{") < _SHALLOW_BYTES // 2):
+            shallow = not lens or (min(lens) > 0 and max(lens) <= self._fast_max_bytes)
+        except TypeError:
+            shallow = False
+        if shallow:  # every value non-empty, within max_bytes, too short to nest deeper than json.loads can
+            out: list = []
+            while True:  # list.extend keeps what it appended before the failing event: resume after it
                 try:
-                    o = loads(v)
-                except ValueError:
-                    pass
-                if type(o) is not dict:
-                    o = None
-            all_objects &= o is not None
-            out.append(o)
-        return out, all_objects
+                    out.extend(map(loads, islice(values, len(out), None)))
+                    break
+                except ValueError:  # orjson.JSONDecodeError
+                    out.append(None)
+        else:
+            out = []
+            for v in values:
+                o = None
+                if v and len(v) <= self.max_bytes and (
+                        len(v) < _SHALLOW_BYTES or v.count(b"[") + v.count(b"{") < _SHALLOW_BYTES // 2):
+                    try:
+                        o = loads(v)
+                    except ValueError:
+                        pass
+                out.append(o)
+        if set(map(type, out)) <= {dict}:
+            return out, True
+        return [o if type(o) is dict else None for o in out], False
 
     def _fast_rows(self, objs: list):
         """(X, ids, ts) of the clean objects, and None when all are clean, else their bool mask."""
