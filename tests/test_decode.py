@@ -76,3 +76,107 @@ def test_single_feature_model():
 def test_empty_batch():
     out = _decoder().decode([])
     assert out.X.shape == (0, 3) and out.rejects == [] and out.ids == []
+
+
+# ---------------------------------------------------------------- the orjson fast path vs the json.loads reference
+def _same(values, dec=None):
+    """decode (orjson fast path) and decode_reference (json.loads) agree exactly: rows, values, ids, ts, rejects."""
+    d = dec or _decoder()
+    fast, ref = d.decode(values), d.decode_reference(values)
+    assert fast.rows.tolist() == ref.rows.tolist()
+    assert fast.X.shape == ref.X.shape and fast.X.tobytes() == ref.X.tobytes()  # bit for bit
+    assert [(type(i), i) for i in fast.ids] == [(type(i), i) for i in ref.ids]
+    assert [(type(t), t) for t in fast.ts] == [(type(t), t) for t in ref.ts]
+    assert [(r.index, r.reason, r.message) for r in fast.rejects] == [(r.index, r.reason, r.message) for r in ref.rejects]
+    return fast
+
+
+def test_fast_path_equals_reference_on_the_corpus_with_messages():
+    _same([v for _, v, _ in CORPUS])
+    for _, v, _ in CORPUS:
+        _same([v])
+
+
+# Texts orjson and json.loads read differently, or where a naive fast path could drift from the reference.
+EDGE = {
+    "id_beyond_u64_is_a_valid_int": (b'{"id": 18446744073709551616, "f0": 1, "f1": 2, "f2": 3}', None),
+    "id_below_i64_is_a_valid_int": (b'{"id": -9223372036854775809, "f0": 1, "f1": 2, "f2": 3}', None),
+    "id_u64_max": (b'{"id": 18446744073709551615, "f0": 1, "f1": 2, "f2": 3}', None),
+    "ts_big_int_stays_int": (b'{"id": 1, "ts": 100000000000000000000000, "f0": 1, "f1": 2, "f2": 3}', None),
+    "ts_big_float": (b'{"id": 1, "ts": 1e30, "f0": 1, "f1": 2, "f2": 3}', None),
+    "feature_big_int": (b'{"id": 1, "f0": 1000000000000000000000000000001, "f1": 2, "f2": 3}', None),
+    "feature_u64_int": (b'{"id": 1, "f0": 18446744073709551615, "f1": 2, "f2": 3}', None),
+    "feature_2p53_plus_1": (b'{"id": 1, "f0": 9007199254740993, "f1": 2, "f2": 3}', None),
+    "feature_max_double": (b'{"id": 1, "f0": 1.7976931348623157e308, "f1": 2, "f2": 3}', None),
+    "feature_subnormal": (b'{"id": 1, "f0": 4.9e-324, "f1": 1e-400, "f2": -0.0}', None),
+    "nan_in_an_extra_key_is_valid": (b'{"id": 1, "x": NaN, "f0": 1, "f1": 2, "f2": 3}', None),
+    "infinity_feature": (b'{"id": 1, "f0": Infinity, "f1": 2, "f2": 3}', "non_finite_feature"),
+    "overflow_feature_negative": (b'{"id": 1, "f0": -1e999, "f1": 2, "f2": 3}', "non_finite_feature"),
+    "lone_surrogate_id_is_valid": (b'{"id": "\\ud800", "f0": 1, "f1": 2, "f2": 3}', None),
+    "lone_surrogate_extra": (b'{"id": 1, "x": "\\udfff", "f0": 1, "f1": 2, "f2": 3}', None),
+    "surrogate_bytes": (b'{"id": "\xed\xa0\x80", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
+    "overlong_utf8": (b'{"id": "\xc0\xaf", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
+    "duplicate_feature_last_wins": (b'{"id": 1, "f0": "x", "f1": 2, "f2": 3, "f0": 7}', None),
+    "duplicate_feature_last_bad": (b'{"id": 1, "f0": 7, "f1": 2, "f2": 3, "f0": "x"}', "non_numeric_feature"),
+    "duplicate_id_last_null": (b'{"id": 1, "f0": 7, "f1": 2, "f2": 3, "id": null}', "missing_id"),
+    "escaped_key": (b'{"\\u0069d": 5, "f\\u0030": 1, "f1": 2, "f2": 3}', None),
+    "bool_id": (b'{"id": true, "f0": 1, "f1": 2, "f2": 3}', "invalid_id"),
+    "bool_ts": (b'{"id": 1, "ts": false, "f0": 1, "f1": 2, "f2": 3}', "invalid_timestamp"),
+    "schema_number": (b'{"id": 1, "schema": 18446744073709551616, "f0": 1, "f1": 2, "f2": 3}', "schema_mismatch"),
+    "schema_list": (b'{"id": 1, "schema": ["abc123"], "f0": 1, "f1": 2, "f2": 3}', "schema_mismatch"),
+    "schema_ok": (b'{"id": 1, "schema": "abc123", "f0": 1, "f1": 2, "f2": 3}', None),
+    "nul_after": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3}\x00', "invalid_json"),
+    "trailing_comma": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3,}', "invalid_json"),
+    "nested_600_extra": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3, "x": ' + b"[" * 600 + b"]" * 600 + b"}", None),
+    "nested_1010_extra": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3, "x": ' + b"[" * 1010 + b"]" * 1010 + b"}", "invalid_json"),
+    "long_flat_event": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3, "pad": "' + b"[{" * 700 + b'"}', None),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGE))
+def test_fast_path_defers_to_the_reference(name):
+    value, reason = EDGE[name]
+    out = _same([value])
+    assert [r.reason for r in out.rejects] == ([reason] if reason else [])
+    # and the same in a batch of clean events, at the start, middle and end
+    clean = [json.dumps({"id": i, "f0": i, "f1": 0.5, "f2": -1.25}).encode() for i in range(5)]
+    for at in (0, 2, 5):
+        _same(clean[:at] + [value] + clean[at:])
+
+
+def test_fast_path_equals_reference_on_random_floats_and_mutated_bytes():
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**63, size=4000, dtype=np.int64).view(np.float64)
+    bits = bits[np.isfinite(bits)]
+    values = [json.dumps({"id": i, "ts": float(t), "f0": float(a), "f1": float(b), "f2": int(c)}).encode()
+              for i, (a, b, t, c) in enumerate(zip(bits, -bits[::-1], rng.normal(size=len(bits)) * 1e9,
+                                                   rng.integers(-2**62, 2**62, size=len(bits)), strict=True))]
+    assert len(_same(values).X) == len(values)
+    # Random byte edits of valid events: every outcome (valid, any reason) must match the reference.
+    base = [json.dumps({"id": i, "ts": 1.5, "f0": 1e-3 * i, "f1": -2, "f2": 3.25, "schema": "abc123"}).encode() for i in range(50)]
+    alphabet = b'{}[]",:.-+eE0123456789 \\u\xff\xc3\xa9\x00nNaIfity'
+    mutants = []
+    for _ in range(3000):
+        v = bytearray(base[rng.integers(len(base))])
+        for _ in range(rng.integers(1, 4)):
+            at = int(rng.integers(len(v) + 1))
+            op = rng.integers(3)
+            if op == 0 and len(v):
+                del v[min(at, len(v) - 1)]
+            elif op == 1:
+                v.insert(at, alphabet[rng.integers(len(alphabet))])
+            elif len(v):
+                v[min(at, len(v) - 1)] = alphabet[rng.integers(len(alphabet))]
+        mutants.append(bytes(v))
+    out = _same(mutants)
+    assert 0 < len(out.rejects) < len(mutants)  # both outcomes were exercised
+    for k in range(0, len(mutants), 100):
+        _same(mutants[k:k + 100] + base)
+
+
+def test_custom_fields_and_no_schema_fast_path():
+    d = Decoder(NAMES, id_field="event_id", ts_field="time")
+    values = [b'{"event_id": 7, "time": "2026-01-01T00:00:00Z", "f0": 1, "f1": 2, "f2": 3, "schema": "any"}',
+              b'{"id": 7, "f0": 1, "f1": 2, "f2": 3}', b'{"event_id": "e", "f0": 1.5, "f1": 2, "f2": 3}']
+    out = _same(values, d)
+    assert out.ids == [7, "e"] and [r.reason for r in out.rejects] == ["missing_id"]

@@ -124,3 +124,50 @@ def test_backpressure_pauses_partitions_and_commits_everything(kafka_bootstrap, 
     assert sorted(sink.ids()) == sorted(f"e{i}" for i in range(len(X)))
     assert paused >= 3
     assert not st.app.checkpoint.in_flight  # nothing left unacknowledged after shutdown
+
+
+def test_constant_scorer_runs_the_same_loop_and_reports_alert_acks(kafka_bootstrap, redis_url, unique, tiny_model_dir):
+    """--scorer none: the real loop (decode, dead letters, alert encoding, acks, commits) with scoring excluded;
+    every 10th valid row of a batch alerts at the lowest threshold; each alert's broker ack reaches the hook and
+    kdsm_alert_latency_seconds."""
+    import threading
+
+    from prometheus_client import generate_latest
+
+    from streamer.pipeline.app import StreamApp
+    from streamer.pipeline.provider import StaticModelProvider
+    from streamer.pipeline.scorer import ConstantScorer
+
+    det = KDSM.load(tiny_model_dir, device="cpu")
+    names = det.feature_names_
+    X = make_blobs(n=400, seed=3)[0][:300]
+    corpus = malformed_corpus(names, 65536)[:5]
+    values = [event(f"c{i}", x, names, ts=1700000000 + i) for i, x in enumerate(X)]
+    for j, (_, raw, _) in enumerate(corpus):
+        values.insert(7 + 50 * j, raw)
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=64)
+    s.metrics.enabled = False
+    create_topics(s)
+    sink, acks = Collect(), []
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"), sinks=[sink], scorer=ConstantScorer(0.1, 3),
+                    on_alert_acked=lambda ts_ms, at: acks.append((ts_ms, at)))
+    th = threading.Thread(target=app.run, kwargs={"max_events": len(values)}, daemon=True)
+    th.start()
+    assert app.ready.wait(20)
+    produce(s, values)
+    th.join(60)
+    assert not th.is_alive()
+    assert sorted(sink.ids()) == sorted(f"c{i}" for i in range(len(X)))
+    low_sev, low = min(det.thresholds_.items(), key=lambda kv: kv[1])
+    expect = sorted(i for b in sink.batches for i in b.event_ids[::10])
+    alerts = [json.loads(r.value) for r in read_topic(kafka_bootstrap, s.kafka.alerts_topic, len(expect))]
+    assert sorted(a["event_id"] for a in alerts) == expect and app.counts["alerts"] == len(expect)
+    for a in alerts:
+        assert set(a) == ALERT_FIELDS and a["severity"] == low_sev and a["score"] == pytest.approx(low)
+        assert len(a["top_features"]) == 3
+    dead = [json.loads(r.value)["reason"] for r in read_topic(kafka_bootstrap, s.kafka.deadletter_topic, len(corpus))]
+    assert dead == [r for _, _, r in corpus]
+    # One ack per alert, after its event was produced; the histogram counted them.
+    assert len(acks) == len(expect) and all(ts > 0 and at >= ts / 1000.0 for ts, at in acks)
+    text = generate_latest(app.metrics.registry).decode()
+    assert f"kdsm_alert_latency_seconds_count {float(len(expect))}" in text

@@ -106,14 +106,19 @@ class Pending:
 class StreamApp:
     """Run with ``run()``; stop from any thread with ``stop()`` (or SIGTERM/SIGINT via ``install_signal_handlers``)."""
 
-    def __init__(self, settings, provider, sinks=(), metrics: StreamMetrics | None = None, thresholds=None):
+    def __init__(self, settings, provider, sinks=(), metrics: StreamMetrics | None = None, thresholds=None,
+                 scorer=None, on_alert_acked=None):
         self.settings = settings
         self.provider = provider
         self.sinks = list(sinks)
         self.metrics = metrics or StreamMetrics()
         self.thresholds = thresholds  # LiveThresholds or None (artifact thresholds)
         sc = settings.stream
-        self.scorer = Scorer(top_features=sc.top_features)  # torch threads are the process's (streamer.service)
+        # Any object with score(model, X, thresholds) -> ScoreResult: Scorer (the model's forward pass), or
+        # ConstantScorer (scoring excluded, kdsm bench stream --scorer none). Torch threads are the process's.
+        self.scorer = scorer if scorer is not None else Scorer(top_features=sc.top_features)
+        # Called as on_alert_acked(kafka_timestamp_ms, acked_at) from the producer's I/O thread (bench, tests).
+        self.on_alert_acked = on_alert_acked
         self._stop = threading.Event()
         self._decoder: Decoder | None = None
         self._decoder_version: str | None = None
@@ -252,8 +257,10 @@ class StreamApp:
         step = max(1, len(rb) // _LATENCY_SAMPLES)
         flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)
-        for key, value in alerts:
-            self.checkpoint.send(flight, k.alerts_topic, key, value)
+        if alerts:
+            alert_ts = rb.timestamps_ms[dec.rows[res.alert_rows]].tolist()
+            for (key, value), ts_ms in zip(alerts, alert_ts, strict=True):
+                self.checkpoint.send(flight, k.alerts_topic, key, value).add_callback(self._alert_acked, ts_ms)
         for r in dec.rejects:
             self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
                                  dead_letter(rb.values[r.index], rb.topics[r.index], int(rb.partitions[r.index]),
@@ -282,6 +289,14 @@ class StreamApp:
         c["dead_letters"] += n_dead
         c["alerts"] += len(alerts)
         c["batches"] += 1
+
+    def _alert_acked(self, ts_ms: int, _metadata) -> None:
+        """Producer I/O thread: an alert was acknowledged (acks=all); event timestamp -> ack latency."""
+        now = time.time()
+        if ts_ms > 0:
+            self.metrics.alert_seconds.observe(max(0.0, now - ts_ms / 1000.0))
+        if self.on_alert_acked is not None:
+            self.on_alert_acked(ts_ms, now)
 
     def _score(self, model, dec: Decoded, thresholds) -> ScoreResult:
         empty = ScoreResult(np.zeros(0), np.zeros(0, dtype=object), np.zeros(0, np.int64), np.zeros(0), None)

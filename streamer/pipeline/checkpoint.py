@@ -84,8 +84,15 @@ class Checkpointer:
         self.committed_batches = 0
         self.failed_commits = 0
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> None:
-        batch.sends.append(Send(topic, key, value, self._send(topic, key, value)))
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> Future:
+        """Hand one message to the producer; returns its future (resolved by the broker's ack).
+
+        A refusal before it leaves (e.g. MessageSizeTooLargeError) is a failed
+        future, handled like a nack: re-sent, then replaced by its fallback.
+        """
+        fut = self._send(topic, key, value)
+        batch.sends.append(Send(topic, key, value, fut))
+        return fut
 
     def add(self, batch: InFlight) -> None:
         self.in_flight.append(batch)

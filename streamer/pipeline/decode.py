@@ -2,10 +2,32 @@
 
 An event is a flat JSON object (UTF-8): an id, an optional timestamp, an
 optional schema hash and one numeric value per model feature, by name
-(DESIGN 5). Extra keys are ignored. The only per-event Python work is the
-UTF-8 decode, ``json.loads`` and one ``itemgetter`` call; the matrix is built
-in one numpy step and checked for non-finite values vectorised. Only rows
-that fail the fast path are diagnosed one by one, to name the reason.
+(DESIGN 5). Extra keys are ignored.
+
+Two paths, one behaviour:
+
+- **fast** (``decode``): ``orjson.loads`` straight from the bytes (it checks
+  UTF-8 itself), then batch-wide C-level steps: one ``itemgetter`` call per
+  object, one type set over every feature value, the matrix in one numpy
+  step, ids / timestamps / schema read with ``map(dict.get, ...)`` and checked
+  by type sets. It accepts an event only when it is a clean, scorable row;
+  anything else is *suspect*.
+- **reference** (``decode_reference``): the ``json.loads`` path, unchanged
+  (UTF-8 decode, ``json.loads``, per-row diagnosis). Suspect events (anything
+  orjson refuses: NaN/Infinity literals, lone surrogates, invalid UTF-8, bad
+  JSON; tombstones, oversized values; a missing, non-numeric or non-finite
+  feature; a bad id, timestamp or schema) are decoded by it, event by event,
+  and merged back by position: every dead letter carries exactly the reason
+  code and message it had before, and a row decodes to the same values.
+
+Where orjson and ``json.loads`` read the same text differently, the fast path
+defers to the reference: orjson reads integer literals outside
+[-2**63, 2**64) as floats, so a float id, or a float timestamp or feature of
+magnitude >= 2**63, is suspect; orjson nests up to 1024 levels where
+``json.loads`` stops near the recursion limit, so a value of
+``_SHALLOW_BYTES`` or more goes to orjson only when it holds fewer than
+``_SHALLOW_BYTES // 2`` brackets. Duplicate keys: both keep the last. Floats:
+both round correctly (tests/test_decode.py compares them).
 
 >>> d = Decoder(["a", "b"])
 >>> out = d.decode([b'{"id": 1, "a": 1.5, "b": 2}', b'{"id": 2, "a": "x", "b": 2}', b'\\xff'])
@@ -20,9 +42,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from itertools import chain, islice, repeat
 from operator import itemgetter
 
 import numpy as np
+import orjson
 
 # Every reason code a dead letter can carry, with what it means (docs/streaming.md lists them too).
 REASONS = {
@@ -42,6 +66,12 @@ REASONS = {
 }
 
 _NUMBER = (int, float)
+_NUMBER_TYPES = {int, float}
+_ID_TYPES = {int, str}
+_TS_TYPES = {int, float, str, type(None)}
+_INT_EXACT = float(2**63)  # orjson reads integer literals outside [-2**63, 2**64) as floats; json.loads keeps ints
+_SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: orjson and json.loads both parse it
+_ABSENT = object()
 
 
 @dataclass
@@ -73,8 +103,116 @@ class Decoder:
         self.max_bytes = max_bytes
         # One C-level call pulls id, ts and every feature of an object (KeyError if one is absent).
         self._get_features = itemgetter(*self.features) if len(self.features) > 1 else (lambda o: (o[self.features[0]],))
+        self._zero_row = (0.0,) * len(self.features)
+        self._fast_max_bytes = min(max_bytes, _SHALLOW_BYTES - 1)
 
     def decode(self, values: list) -> Decoded:
+        """The fast path; suspect events go through ``decode_reference`` and are merged back by position."""
+        objs, all_objects = self._load_all(values)
+        if all_objects:
+            idx, sub = None, objs
+        else:
+            idx = [i for i, o in enumerate(objs) if o is not None]
+            sub = [objs[i] for i in idx]
+        X, ids, ts, ok = self._fast_rows(sub)
+        if idx is None and ok is None:
+            return Decoded(X, np.arange(len(values), dtype=np.int64), ids, ts)
+        clean = np.zeros(len(values), dtype=bool)
+        clean[idx if idx is not None else slice(None)] = True if ok is None else ok
+        return self._merge(values, X, ids, ts, clean)
+
+    # ------------------------------------------------------------------ fast path
+    def _load_all(self, values: list) -> tuple[list, bool]:
+        """orjson over the batch: (objects, True), or (a list with None for each suspect event, False)."""
+        loads = orjson.loads
+        try:
+            lens = list(map(len, values))  # TypeError on a tombstone (None)
+            shallow = not lens or (min(lens) > 0 and max(lens) <= self._fast_max_bytes)
+        except TypeError:
+            shallow = False
+        if shallow:  # every value non-empty, within max_bytes, too short to nest deeper than json.loads can
+            out: list = []
+            while True:  # list.extend keeps what it appended before the failing event: resume after it
+                try:
+                    out.extend(map(loads, islice(values, len(out), None)))
+                    break
+                except ValueError:  # orjson.JSONDecodeError
+                    out.append(None)
+        else:
+            out = []
+            for v in values:
+                o = None
+                if v and len(v) <= self.max_bytes and (
+                        len(v) < _SHALLOW_BYTES or v.count(b"[") + v.count(b"{") < _SHALLOW_BYTES // 2):
+                    try:
+                        o = loads(v)
+                    except ValueError:
+                        pass
+                out.append(o)
+        if set(map(type, out)) <= {dict}:
+            return out, True
+        return [o if type(o) is dict else None for o in out], False
+
+    def _fast_rows(self, objs: list):
+        """(X, ids, ts) of the clean objects, and None when all are clean, else their bool mask."""
+        m, d = len(objs), len(self.features)
+        ok = np.ones(m, dtype=bool)
+        get = self._get_features
+        try:
+            rows = list(map(get, objs))
+        except KeyError:  # a feature is missing somewhere: find it
+            rows = []
+            for k, o in enumerate(objs):
+                try:
+                    rows.append(get(o))
+                except KeyError:
+                    rows.append(self._zero_row)
+                    ok[k] = False
+        flat = list(chain.from_iterable(rows))
+        if not set(map(type, flat)) <= _NUMBER_TYPES:  # bool, str, None, list, dict somewhere: find the rows
+            for k, r in enumerate(rows):
+                if not set(map(type, r)) <= _NUMBER_TYPES:
+                    rows[k] = self._zero_row
+                    ok[k] = False
+            flat = list(chain.from_iterable(rows))
+        X = np.array(flat, dtype=np.float64).reshape(m, d)
+        ok &= (np.abs(X) < _INT_EXACT).all(axis=1)  # orjson never yields NaN/inf; >= 2**63 may have been a big int
+        ids = list(map(dict.get, objs, repeat(self.id_field)))
+        if not set(map(type, ids)) <= _ID_TYPES:  # None (missing), float (or a big int read as one), bool, ...
+            ok &= np.fromiter((type(e) in _ID_TYPES for e in ids), bool, m)
+        ts = list(map(dict.get, objs, repeat(self.ts_field)))
+        ts_types = set(map(type, ts))
+        if not ts_types <= _TS_TYPES:
+            ok &= np.fromiter((type(t) in _TS_TYPES for t in ts), bool, m)
+        if float in ts_types and (ts_types != {float} or max(map(abs, ts)) >= _INT_EXACT):
+            ok &= np.fromiter((type(t) is not float or abs(t) < _INT_EXACT for t in ts), bool, m)
+        if self.schema_hash is not None:
+            sch = list(map(dict.get, objs, repeat(self.schema_field), repeat(_ABSENT)))
+            if sch.count(_ABSENT) + sch.count(self.schema_hash) != m:
+                ok &= np.fromiter((s is _ABSENT or s == self.schema_hash for s in sch), bool, m)
+        if ok.all():
+            return X, ids, ts, None
+        keep = np.flatnonzero(ok).tolist()
+        return X[ok], [ids[k] for k in keep], [ts[k] for k in keep], ok
+
+    def _merge(self, values: list, X: np.ndarray, ids: list, ts: list, clean: np.ndarray) -> Decoded:
+        """The clean rows plus the reference decode of the suspect events, in batch order."""
+        pos = np.flatnonzero(clean)
+        sus = np.flatnonzero(~clean)
+        ref = self.decode_reference([values[i] for i in sus.tolist()])
+        rejects = [Reject(int(sus[r.index]), r.reason, r.message) for r in ref.rejects]
+        if not len(ref.rows):
+            return Decoded(X, pos.astype(np.int64), ids, ts, rejects)
+        rows = np.concatenate([pos, sus[ref.rows]]).astype(np.int64)
+        order = np.argsort(rows, kind="stable")
+        all_ids, all_ts = ids + ref.ids, ts + ref.ts
+        o = order.tolist()
+        return Decoded(np.concatenate([X, ref.X])[order], rows[order], [all_ids[j] for j in o],
+                       [all_ts[j] for j in o], rejects)
+
+    # ------------------------------------------------------------------ reference path
+    def decode_reference(self, values: list) -> Decoded:
+        """The ``json.loads`` path: the decoder as it was before the orjson fast path, for suspect events."""
         objs, pos, rejects = [], [], []
         for i, v in enumerate(values):
             obj = self._parse(i, v, rejects)
@@ -118,7 +256,7 @@ class Decoder:
         rejects.sort(key=lambda r: r.index)
         return Decoded(final_X, final_keep, ids, ts, rejects)
 
-    # ------------------------------------------------------------------ steps
+    # ------------------------------------------------------------------ reference steps
     def _parse(self, i: int, v, rejects: list[Reject]):
         if not v:
             rejects.append(Reject(i, "empty", "the message value is empty"))

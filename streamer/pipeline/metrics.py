@@ -43,6 +43,8 @@ class StreamMetrics:
         self.batch_seconds = Histogram("kdsm_batch_seconds", "decode + score + publish time of a batch", registry=r, buckets=_LAT_BUCKETS)
         self.e2e_seconds = Histogram("kdsm_e2e_latency_seconds", "Kafka record timestamp to offset commit (sampled per batch)",
                                      registry=r, buckets=_LAT_BUCKETS)
+        self.alert_seconds = Histogram("kdsm_alert_latency_seconds", "Kafka record timestamp to its alert acknowledged by the broker",
+                                       registry=r, buckets=_LAT_BUCKETS)
         self.device = Gauge("kdsm_scorer_device_info", "1 for the device the scorer runs on", ["device"], registry=r)
         self.model = Gauge("kdsm_model_info", "1 for the model version in use", ["version", "schema_hash"], registry=r)
         self.last_commit = Gauge("kdsm_last_commit_timestamp_seconds", "unix time of the last offset commit", registry=r)

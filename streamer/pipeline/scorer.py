@@ -12,6 +12,13 @@ against the live thresholds, p-values, and explanations only for alert rows.
 >>> r = Scorer(top_features=2).score(det, np.zeros((4, 3)), {"warning": 0.0})
 >>> r.severities.tolist(), r.explanation.features.shape
 (['warning', 'warning', 'warning', 'warning'], (4, 2))
+
+``ConstantScorer`` takes the forward pass out (``kdsm bench stream --scorer
+none``): the loop, decode, alert encoding, publish and commit stay as they are.
+
+>>> c = ConstantScorer(alert_share=0.25, top_features=2).score(det, np.zeros((8, 3)), {"warning": 1.0, "critical": 2.0})
+>>> c.alert_rows.tolist(), c.severities.tolist()[:2], c.scores.tolist()[:2], c.explanation.features.shape
+([0, 4], ['warning', ''], [1.0, 0.0], (2, 2))
 """
 
 from __future__ import annotations
@@ -49,3 +56,35 @@ class Scorer:
             expl = model.explain(X[alert_rows], top_k=self.top_features, outputs=F[alert_rows])
             pv = model.p_values(scores[alert_rows])
         return ScoreResult(scores, severities, alert_rows, pv, expl)
+
+
+class ConstantScorer:
+    """Scoring excluded: the pipe's own ceiling, measurable without a GPU (``kdsm bench stream --scorer none``).
+
+    Every ``round(1 / alert_share)``-th row of a batch scores exactly the
+    lowest threshold in force (an alert of that severity), every other row
+    scores 0. Severities and p-values come from the model as in ``Scorer``;
+    the explanation is the row's first ``top_features`` values, each with the
+    same share, expected = value, so alerts are encoded and published in full.
+    """
+
+    def __init__(self, alert_share: float = 0.01, top_features: int = 5):
+        if not 0 < alert_share <= 1:
+            raise ValueError(f"alert_share must be in (0, 1], got {alert_share}")
+        self.step = max(1, round(1 / alert_share))
+        self.top_features = top_features
+
+    def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float]) -> ScoreResult:
+        n, d = X.shape
+        scores = np.zeros(n)
+        rows = np.arange(0, n, self.step)
+        scores[rows] = min(thresholds.values())
+        severities = model.severity(scores, thresholds)
+        alert_rows = np.flatnonzero(severities != "")
+        k = min(self.top_features, d)
+        a = len(alert_rows)
+        value = X[alert_rows, :k]
+        expl = Explanation(scores=scores[alert_rows], features=np.tile(np.arange(k), (a, 1)),
+                           contribution=np.full((a, k), 1.0 / k), direction=np.ones((a, k), dtype=np.int64),
+                           value=value, expected=value.copy())
+        return ScoreResult(scores, severities, alert_rows, model.p_values(scores[alert_rows]), expl)
