@@ -21,7 +21,7 @@ from pathlib import Path
 from ..config import ConfigError, load_settings
 from .methods import METHODS
 
-DEFAULT_METHODS = {"semi": "kdsm,dsm,knn,iforest,lof,ecod", "unsup": "kdsm-ema,kdsm,dsm-ema,dsm,knn,iforest,lof,ecod"}
+DEFAULT_METHODS = {"semi": "default,dsm,knn,iforest,lof,ecod", "unsup": "default,kdsm-ema,kdsm,knn,iforest,lof,ecod"}
 
 
 def _csv_list(text: str) -> list[str]:
