@@ -44,6 +44,12 @@ from .scaler import ColumnMoments, Scaler
 from .sigmas import KurtosisSigmas
 from .train import TrainSummary, train_score_net
 
+# Standardised values are clipped to +-Z_BOUND before the fp32 forward pass: a finite value far out
+# (1e308, or every feature -1e300) would overflow float32 and score NaN. A row this far from the training
+# data (a million standard deviations) is an anomaly beyond doubt; the clip keeps its score finite and far
+# above any calibrated threshold (the score grows about linearly with the distance up to the bound).
+Z_BOUND = 1e6
+
 
 @dataclass
 class Explanation:
@@ -258,7 +264,7 @@ class KDSM(BaseEstimator):
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise ValueError(f"expected {self.n_features_in_} features, got shape {X.shape}")
-        Z = self.scaler_.transform(X).astype(np.float32)
+        Z = self.standardise(X).astype(np.float32)
         outs = []
         cuda = self.device_.type == "cuda"
         for i in range(0, len(Z), chunk):
@@ -268,6 +274,11 @@ class KDSM(BaseEstimator):
             outs.append(self.net_(t).float().cpu().numpy())
         F = np.concatenate(outs) if outs else np.zeros((0, self.n_features_in_), np.float32)
         return np.linalg.norm(F.astype(np.float64), axis=1), F
+
+    def standardise(self, X: np.ndarray) -> np.ndarray:
+        """Scaled rows, clipped to +-``Z_BOUND`` (what the network sees; finite for every finite input)."""
+        with np.errstate(over="ignore"):  # (1e308 - mean) / std may overflow to inf: the clip bounds it
+            return np.clip(self.scaler_.transform(X), -Z_BOUND, Z_BOUND)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
         """Anomaly score: L2 norm of f(x) on the standardised row. Higher = more anomalous."""
@@ -302,7 +313,7 @@ class KDSM(BaseEstimator):
         share = np.divide(sq, total, out=np.zeros_like(sq), where=total > 0)
         top = np.argsort(-share, axis=1, kind="stable")[:, :k]
         rows = np.arange(len(X))[:, None]
-        Z = self.scaler_.transform(X)
+        Z = self.standardise(X)
         expected = self.scaler_.inverse_transform(Z + self.sigmas_ * F)
         return Explanation(scores=np.sqrt(total[:, 0]), features=top, contribution=share[rows, top],
                            direction=np.sign(F[rows, top]), value=X[rows, top], expected=expected[rows, top])

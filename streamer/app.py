@@ -20,8 +20,12 @@ one at a time.
 Up to ``stream.max_in_flight`` batches may be published but not yet
 acknowledged; at that many the assigned partitions are paused until the
 oldest are acknowledged and committed (backpressure, no unbounded buffer).
-A rebalance listener drains (flush + commit) everything in flight before
-partitions are revoked; SIGTERM/SIGINT finish the batch, drain and close.
+A rebalance listener finishes everything polled so far (the batch being
+scored, records gathered for the next one, the batches in flight: publish,
+flush, commit) before partitions are revoked. kafka-python 3 runs it on its
+IO thread, where a blocking ``consumer.commit()`` cannot run, so it is an
+``AsyncConsumerRebalanceListener`` that awaits ``commit_async``.
+SIGTERM/SIGINT finish the batch, drain and close.
 
 Two hooks for other components:
 
@@ -45,7 +49,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from kafka import ConsumerRebalanceListener
+from kafka import AsyncConsumerRebalanceListener
 
 from .alerts import build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
@@ -62,20 +66,25 @@ _LATENCY_SAMPLES = 32  # per batch, for the e2e histogram (no per-event metric c
 _BUSY_WAIT_MS = 20
 
 
-class _Rebalance(ConsumerRebalanceListener):
+class _Rebalance(AsyncConsumerRebalanceListener):
     def __init__(self, app: StreamApp):
         self.app = app
 
-    def on_partitions_revoked(self, revoked):
-        # Runs inside poll(), between batches: everything processed so far is in flight; finish it.
-        self.app.metrics.rebalances.labels("revoked").inc()
-        self.app._publish_pending()
-        done = self.app.checkpoint.drain()
-        self.app._after_commit(done)
-        log.info({"event": "partitions_revoked", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in revoked),
-                  "drained_batches": len(done)})
+    async def on_partitions_revoked(self, revoked):
+        # Runs on kafka-python's IO thread while the loop waits in poll(): finish what was polled so far.
+        app = self.app
+        app.metrics.rebalances.labels("revoked").inc()
+        names = sorted(f"{tp.topic}:{tp.partition}" for tp in revoked)
+        if app._closing:  # after a crash: what is in flight stays uncommitted, a restart re-reads it
+            log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": 0})
+            return
+        app._publish_pending()
+        app._publish_gathered()
+        done = await app.checkpoint.drain_async()
+        app._after_commit(done)
+        log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": len(done)})
 
-    def on_partitions_assigned(self, assigned):
+    async def on_partitions_assigned(self, assigned):
         self.app.metrics.rebalances.labels("assigned").inc()
         self.app.metrics.assigned.set(len(assigned))
         log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
@@ -98,6 +107,8 @@ class StreamApp:
         self.counts = {"events": 0, "scored": 0, "dead_letters": 0, "alerts": 0, "batches": 0}
         self.checkpoint: Checkpointer | None = None
         self._pending = None  # (record batch, model, thresholds, decoded, scoring future, t0): scored, not yet published
+        self._gathered: list = []  # records of the batch being polled; a revocation finishes them too
+        self._closing = False
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
@@ -130,15 +141,15 @@ class StreamApp:
                 # While a batch is being scored or awaits its acks, poll briefly so it is published and
                 # committed soon; a full batch returns at once either way.
                 busy = self._pending is not None or len(self.checkpoint.in_flight) > 0
-                rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms)
+                rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms,
+                                self._gathered)
                 if self.consumer.assignment():
                     self.ready.set()
-                nxt = None
-                if len(rb):
-                    # The model is taken after the poll, so records that arrive after a swap meet the new version.
-                    model = self.provider.current()
-                    self._use_model(model)
-                    nxt = self._prepare(rb, model)  # its scoring starts now, in the background
+                # The model is taken after the poll, so records that arrive after a swap meet the new version;
+                # taken on every turn, so kdsm_model_info follows a swap even while no event arrives.
+                model = self.provider.current()
+                self._use_model(model)
+                nxt = self._prepare(rb, model) if len(rb) else None  # its scoring starts now, in the background
                 self._publish_pending()  # the previous batch: wait for its scores, publish
                 self._pending = nxt
                 self._after_commit(self.checkpoint.retire())
@@ -148,6 +159,11 @@ class StreamApp:
                     break
             self._publish_pending()
             self._after_commit(self.checkpoint.drain())
+        except Exception as e:
+            # kafka-python wraps a listener's exception ("User rebalance callback throws an error"): name the cause too.
+            log.exception({"event": "crashed", "error": repr(e), "cause": repr(e.__cause__) if e.__cause__ else None,
+                           "effect": "batches in flight stay uncommitted"})
+            raise
         finally:
             self._executor.shutdown(wait=True)
             self._close()
@@ -155,10 +171,15 @@ class StreamApp:
         return dict(self.counts)
 
     def _close(self) -> None:
-        try:
-            self.producer.close(timeout=self.settings.kafka.delivery_timeout_s)
-        finally:
-            self.consumer.close(autocommit=False)
+        """Close both clients; an error here is logged, never raised over the one that ended the loop."""
+        self._closing = True
+        closers = (("producer", lambda: self.producer.close(timeout=self.settings.kafka.delivery_timeout_s)),
+                   ("consumer", lambda: self.consumer.close(autocommit=False)))
+        for client, close in closers:
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - see the docstring
+                log.warning({"event": "close_failed", "client": client, "error": repr(e)})
 
     def _backpressure(self) -> None:
         """Pause fetching while the oldest batches wait for their acks, then commit them and resume."""
@@ -197,6 +218,15 @@ class StreamApp:
             pending, self._pending = self._pending, None
             self._publish(*pending)
 
+    def _publish_gathered(self) -> None:
+        """Score and publish the records polled for the next batch (the rebalance listener, before a revocation)."""
+        if self._gathered:
+            rb = RecordBatch.from_records(self._gathered)
+            self._gathered.clear()
+            model = self.provider.current()
+            self._use_model(model)
+            self._publish(*self._prepare(rb, model))
+
     def _publish(self, rb: RecordBatch, model, thresholds, dec: Decoded, future, t0: float) -> None:
         k = self.settings.kafka
         res = future.result()
@@ -209,7 +239,8 @@ class StreamApp:
             self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
                                  dead_letter(rb.values[r.index], rb.topics[r.index], int(rb.partitions[r.index]),
                                              int(rb.offsets[r.index]), r.reason, r.message,
-                                             int(rb.timestamps_ms[r.index]), model.version_))
+                                             int(rb.timestamps_ms[r.index]), model.version_, k.deadletter_max_bytes,
+                                             k.deadletter_oversize))
             self.metrics.dead_letters.labels(r.reason).inc()
         rows = dec.rows
         flight.scored = ScoredBatch(
@@ -238,7 +269,18 @@ class StreamApp:
         if not len(dec.X):
             return empty
         try:
-            return self.scorer.score(model, dec.X, thresholds)
+            res = self.scorer.score(model, dec.X, thresholds)
+            bad = ~np.isfinite(res.scores)
+            if not bad.any():
+                return res
+            # NaN never leaves the scorer: such rows (a model that overflows, say) go to the dead-letter topic.
+            log.error({"event": "non_finite_scores", "rows": int(bad.sum()), "model": model.version_})
+            dec.rejects.extend(Reject(int(i), "scoring_error", "the model scored this row as non-finite")
+                               for i in dec.rows[bad])
+            ok = np.flatnonzero(~bad)
+            dec.X, dec.rows = dec.X[ok], dec.rows[ok]
+            dec.ids, dec.ts = [dec.ids[i] for i in ok], [dec.ts[i] for i in ok]
+            return self.scorer.score(model, dec.X, thresholds) if len(ok) else empty
         except Exception as e:  # noqa: BLE001 - a scorer failure must not stop the stream: dead-letter the rows
             log.exception({"event": "scoring_error", "rows": len(dec.X)})
             dec.rejects.extend(Reject(int(i), "scoring_error", repr(e)[:500]) for i in dec.rows)

@@ -51,9 +51,14 @@ class RecordBatch:
         return out
 
 
-def poll_batch(consumer, max_batch: int, max_wait_ms: int) -> RecordBatch:
-    """Poll until ``max_batch`` records or ``max_wait_ms`` have passed; may return an empty batch."""
-    records: list = []
+def poll_batch(consumer, max_batch: int, max_wait_ms: int, gathered: list | None = None) -> RecordBatch:
+    """Poll until ``max_batch`` records or ``max_wait_ms`` have passed; may return an empty batch.
+
+    ``gathered`` collects the records as they arrive: a rebalance listener running inside a later
+    ``consumer.poll`` takes them from there (and empties it), so they are finished before their
+    partitions go instead of being scored after another member re-read them.
+    """
+    records: list = gathered if gathered is not None else []
     deadline = time.monotonic() + max_wait_ms / 1000.0
     while True:
         left_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -62,7 +67,9 @@ def poll_batch(consumer, max_batch: int, max_wait_ms: int) -> RecordBatch:
             records.extend(recs)
         if len(records) >= max_batch or time.monotonic() >= deadline:
             break
-    return RecordBatch.from_records(records)
+    batch = RecordBatch.from_records(records)
+    records.clear()
+    return batch
 
 
 @dataclass

@@ -8,14 +8,21 @@ At-least-once (DESIGN 6) rests on this order for every batch:
 2. before a batch's offsets are committed, every one of its futures must be
    acknowledged: ``retire`` checks without blocking, ``drain`` flushes the
    producer (one flush covers every batch in flight) and waits;
-3. a send the broker refused is re-sent (``resend_attempts`` times) and the
-   batch is not committed until it is acknowledged; if it never is,
-   ``DeliveryError`` stops the streamer *without* committing, so a restart
-   re-reads the batch (duplicates, never loss);
-4. only then are the offsets (last offset + 1 per partition) committed,
-   synchronously, for the oldest batches first; a commit refused because the
-   partitions moved to another member is logged and counted: the new owner
-   re-reads those events (bounded duplicates);
+3. a send the producer or broker refused (a failed future, or an error
+   ``send`` raised at once, such as ``MessageSizeTooLargeError``) is re-sent
+   up to ``resend_attempts`` times; a message refused for what it is (a
+   non-retriable error) or still refused after the retries is replaced by a
+   small fallback record (``publish_fallback``), so one message never holds
+   up its partition; the batch is not committed until every message or its
+   fallback is acknowledged; if a fallback is refused too (the broker is
+   gone), ``DeliveryError`` stops the streamer *without* committing, so a
+   restart re-reads the batch (duplicates, never loss);
+4. only then are the offsets (last offset + 1 per partition) committed for
+   the oldest batches first: synchronously from the consumer loop, through
+   ``commit_async`` awaited on kafka-python's IO thread from the rebalance
+   listener (``drain_async``; a blocking commit there would deadlock); a
+   commit refused because the partitions moved to another member is logged
+   and counted: the new owner re-reads those events (bounded duplicates);
 5. sinks see a batch only after its commit succeeded.
 
 A crash between 1 and 4 leaves the offsets where they were: the events come
@@ -30,16 +37,30 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from .batch import ScoredBatch
+from .fallback import fallback_key, fallback_record
 
 log = logging.getLogger("kdsm.checkpoint")
 
 
 class DeliveryError(RuntimeError):
-    """The broker did not acknowledge an alert or dead letter; offsets were not committed."""
+    """The broker did not acknowledge an alert or dead letter, nor its fallback; offsets were not committed."""
+
+
+@dataclass
+class Send:
+    topic: str
+    key: bytes | None
+    value: bytes
+    future: Future
+    fallback: bool = False  # this is the small record that replaced a refused message
+
+    def ok(self) -> bool:
+        return self.future.is_done and self.future.succeeded()
 
 
 @dataclass
@@ -49,10 +70,10 @@ class InFlight:
     offsets: dict[TopicPartition, int]
     scored: ScoredBatch | None
     timestamps_ms: list[int]  # sampled Kafka timestamps, for the end-to-end latency metric
-    sends: list = field(default_factory=list)  # (topic, key, value, future)
+    sends: list[Send] = field(default_factory=list)
 
     def acked(self) -> bool:
-        return all(f.is_done for *_, f in self.sends)
+        return all(s.future.is_done for s in self.sends)
 
 
 class Checkpointer:
@@ -64,7 +85,7 @@ class Checkpointer:
         self.failed_commits = 0
 
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> None:
-        batch.sends.append((topic, key, value, self.producer.send(topic, key=key, value=value)))
+        batch.sends.append(Send(topic, key, value, self._send(topic, key, value)))
 
     def add(self, batch: InFlight) -> None:
         self.in_flight.append(batch)
@@ -78,59 +99,109 @@ class Checkpointer:
         return self._commit(ready)
 
     def drain(self) -> list[ScoredBatch]:
-        """Flush the producer, wait for every ack, commit every batch in flight (rebalance, shutdown, backpressure)."""
-        if not self.in_flight:
-            return []
-        self.producer.flush(timeout=self.delivery_timeout_s)
-        ready = list(self.in_flight)
-        self.in_flight.clear()
+        """Flush the producer, wait for every ack, commit every batch in flight (shutdown, backpressure)."""
+        ready = self._take_all()
         return self._commit(ready)
 
+    async def drain_async(self) -> list[ScoredBatch]:
+        """``drain`` for the rebalance listener, which runs on kafka-python's IO thread: the commit is
+        ``commit_async``, awaited, so it completes before the partitions go (``consumer.commit`` would
+        block on the very thread that must carry it out)."""
+        ready = self._take_all()
+        offsets = self._acked_offsets(ready)
+        if offsets:
+            try:
+                await self.consumer.commit_async(offsets)
+            except KafkaError as e:
+                return self._commit_failed(ready, e)
+        return self._committed(ready)
+
     # ------------------------------------------------------------------ internals
+    def _send(self, topic: str, key: bytes | None, value: bytes) -> Future:
+        try:
+            return self.producer.send(topic, key=key, value=value)
+        except KafkaError as e:  # refused before it left (e.g. MessageSizeTooLargeError): handled like a nack
+            return Future().failure(e)
+
+    def _flush(self) -> None:
+        try:
+            self.producer.flush(timeout=self.delivery_timeout_s)
+        except KafkaTimeoutError:
+            pass  # what is still unacknowledged counts as refused below: re-sent, then its fallback
+
+    def _take_all(self) -> list[InFlight]:
+        if self.in_flight:
+            self._flush()
+        ready = list(self.in_flight)
+        self.in_flight.clear()
+        return ready
+
     def _ensure_acked(self, batch: InFlight) -> None:
-        for attempt in range(self.resend_attempts + 1):
-            failed = [(t, k, v, f) for t, k, v, f in batch.sends if not f.is_done or f.failed()]
-            pending = [s for s in failed if not s[3].is_done]
-            if pending:
-                self.producer.flush(timeout=self.delivery_timeout_s)
-                failed = [(t, k, v, f) for t, k, v, f in batch.sends if not f.is_done or f.failed()]
+        for attempt in range(self.resend_attempts + 2):
+            if any(not s.future.is_done for s in batch.sends):
+                self._flush()
+            failed = [s for s in batch.sends if not s.ok()]
             if not failed:
                 return
             if self.metrics is not None:
                 self.metrics.delivery_errors.inc(len(failed))
-            err = next((f.exception for *_, f in failed if f.is_done), None)
-            log.warning({"event": "delivery_failed", "messages": len(failed), "attempt": attempt + 1, "error": str(err)})
-            if attempt == self.resend_attempts:
-                break
-            time.sleep(min(2.0, 0.2 * 2**attempt))
-            keep = [s for s in batch.sends if s[3].is_done and s[3].succeeded()]
-            for t, k, v, _ in failed:
-                keep.append((t, k, v, self.producer.send(t, key=k, value=v)))
-            batch.sends = keep
-        raise DeliveryError(f"{len(failed)} alert/dead-letter message(s) were not acknowledged by the broker; offsets not committed")
+            err = next((s.future.exception for s in failed if s.future.is_done), None)
+            log.warning({"event": "delivery_failed", "messages": len(failed), "attempt": attempt + 1, "error": repr(err)})
+            if any(s.fallback for s in failed):
+                break  # even the small record was refused: the broker is not taking anything
+            if attempt > 0 or any(_retriable(s) for s in failed):
+                time.sleep(min(2.0, 0.2 * 2**attempt))
+            last = attempt >= self.resend_attempts
+            batch.sends = [s for s in batch.sends if s.ok()] + [
+                self._fall_back(s) if last or not _retriable(s) else Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value))
+                for s in failed]
+        raise DeliveryError(f"{len(failed)} alert/dead-letter message(s) and their fallbacks were not acknowledged "
+                            "by the broker; offsets not committed")
+
+    def _fall_back(self, s: Send) -> Send:
+        """The small record in place of a message the producer or broker will not take."""
+        error = repr(s.future.exception) if s.future.is_done else "not acknowledged in time"
+        value = fallback_record(s.value, error)
+        if self.metrics is not None:
+            self.metrics.fallbacks.labels(s.topic).inc()
+        log.warning({"event": "publish_fallback", "topic": s.topic, "original_bytes": len(s.value), "error": error})
+        key = fallback_key(s.key)
+        return Send(s.topic, key, value, self._send(s.topic, key, value), fallback=True)
+
+    def _acked_offsets(self, batches: list[InFlight]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Steps 2-3 for every batch, then the offsets to commit (oldest first: a later batch's supersedes)."""
+        for b in batches:
+            self._ensure_acked(b)  # nothing is committed before its messages are acked
+        offsets: dict[TopicPartition, int] = {}
+        for b in batches:
+            for tp, off in b.offsets.items():
+                offsets[tp] = max(off, offsets.get(tp, -1))
+        return {tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()}
 
     def _commit(self, batches: list[InFlight]) -> list[ScoredBatch]:
         if not batches:
             return []
-        for b in batches:
-            self._ensure_acked(b)  # step 2-3: nothing is committed before its messages are acked
-        offsets: dict[TopicPartition, int] = {}
-        for b in batches:  # oldest first: a later batch's offset supersedes an earlier one
-            for tp, off in b.offsets.items():
-                offsets[tp] = max(off, offsets.get(tp, -1))
-        done = []
+        offsets = self._acked_offsets(batches)
         if offsets:
             try:
-                self.consumer.commit({tp: OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()})
+                self.consumer.commit(offsets)
             except KafkaError as e:
-                # The partitions moved (rebalance) or the coordinator is gone: the events come back elsewhere.
-                self.failed_commits += 1
-                if self.metrics is not None:
-                    self.metrics.commits.labels("failed").inc()
-                log.warning({"event": "commit_failed", "batches": len(batches), "error": repr(e),
-                             "effect": "these events will be re-delivered (at least once)"})
-                self._gauge()
-                return []
+                return self._commit_failed(batches, e)
+        return self._committed(batches)
+
+    def _commit_failed(self, batches: list[InFlight], e: Exception) -> list[ScoredBatch]:
+        # The partitions moved (rebalance) or the coordinator is gone: the events come back elsewhere.
+        self.failed_commits += 1
+        if self.metrics is not None:
+            self.metrics.commits.labels("failed").inc()
+        log.warning({"event": "commit_failed", "batches": len(batches), "error": repr(e),
+                     "effect": "these events will be re-delivered (at least once)"})
+        self._gauge()
+        return []
+
+    def _committed(self, batches: list[InFlight]) -> list[ScoredBatch]:
+        if not batches:
+            return []
         now = time.time()
         self.committed_batches += len(batches)
         if self.metrics is not None:
@@ -140,6 +211,7 @@ class Checkpointer:
                 for ts in b.timestamps_ms:
                     if ts > 0:
                         self.metrics.e2e_seconds.observe(max(0.0, now - ts / 1000.0))
+        done = []
         for b in batches:
             if b.scored is not None:
                 b.scored.committed_at = now
@@ -150,3 +222,8 @@ class Checkpointer:
     def _gauge(self) -> None:
         if self.metrics is not None:
             self.metrics.in_flight.set(len(self.in_flight))
+
+
+def _retriable(s: Send) -> bool:
+    """A refusal that may pass on a retry (timeouts, leader moves), unlike one for what the message is (too large)."""
+    return not s.future.is_done or bool(getattr(s.future.exception, "retriable", False))

@@ -10,6 +10,8 @@ Loaded from YAML with env overrides ``KDSM_<SECTION>__<KEY>`` (see
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 
 from offline_train.config import Section, TrainSettings
@@ -39,6 +41,8 @@ class KafkaConfig(Section):
     max_poll_interval_ms: int = Field(300000, gt=0, description="longest pause between polls before the group evicts the consumer")
     fetch_max_wait_ms: int = Field(20, ge=0, description="longest the broker may hold a fetch; some brokers (Tansu) wait it out even with data ready, so it bounds latency")
     max_event_bytes: int = Field(65536, gt=0, description="larger events go to the dead-letter topic as 'oversized'")
+    deadletter_max_bytes: int = Field(262144, ge=4096, le=1000000, description="largest dead letter; a payload that does not fit is cut or left out (deadletter_oversize), its size and SHA-256 kept; stay under the producer's 1 MiB max_request_size and the broker's message.max.bytes")
+    deadletter_oversize: Literal["truncate", "digest"] = Field("truncate", description="what a dead letter keeps of a payload that does not fit: truncate = its first bytes, digest = only its size and SHA-256")
     linger_ms: int = Field(5, ge=0, description="producer: wait this long to fill a batch of alerts")
     producer_batch_bytes: int = Field(262144, gt=0, description="producer: bytes per partition batch")
     delivery_timeout_s: float = Field(30.0, gt=0, description="longest wait for the broker to acknowledge a batch's alerts")

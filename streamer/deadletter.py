@@ -1,32 +1,68 @@
 """Dead-letter messages: the original bytes, where they came from, and why they were not scored.
 
-The payload is kept as text when it is valid UTF-8, else base64, so nothing
-is lost. The Kafka key is the original key.
+The payload is kept as text when it is valid UTF-8, else base64. A dead
+letter never exceeds ``max_bytes`` (``kafka.deadletter_max_bytes``), so no
+payload, however large, can be refused by the producer or the broker and
+stop its partition: a longer payload is cut to its first bytes
+(``oversize="truncate"``) or left out (``"digest"``), with
+``payload_truncated: true``; ``payload_bytes`` and ``payload_sha256``
+always describe the whole original. The Kafka key is the original key.
 
 >>> import json
 >>> m = json.loads(dead_letter(b"\\xff", "t", 0, 7, "invalid_utf8", "bad byte", None, "v1"))
->>> m["reason"], m["payload_encoding"], m["payload"], m["source"]
-('invalid_utf8', 'base64', '/w==', {'topic': 't', 'partition': 0, 'offset': 7, 'timestamp_ms': None})
+>>> m["reason"], m["payload_encoding"], m["payload"], m["source"], m["payload_bytes"], m["payload_truncated"]
+('invalid_utf8', 'base64', '/w==', {'topic': 't', 'partition': 0, 'offset': 7, 'timestamp_ms': None}, 1, False)
+>>> big = dead_letter(b"x" * 5000, "t", 0, 8, "oversized", "too big", None, "v1", max_bytes=1000)
+>>> len(big) <= 1000, json.loads(big)["payload_truncated"], json.loads(big)["payload_bytes"]
+(True, True, 5000)
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 
+_MESSAGE_CHARS = 1000  # the reason's message is ours, but may quote an event's field
+
 
 def dead_letter(value: bytes | None, topic: str, partition: int, offset: int, reason: str, message: str,
-                timestamp_ms: int | None, model_version: str | None) -> bytes:
-    payload, enc = None, "none"
-    if value is not None:
-        try:
-            payload, enc = value.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            payload, enc = base64.b64encode(value).decode("ascii"), "base64"
-    msg = {"reason": reason, "message": message,
+                timestamp_ms: int | None, model_version: str | None, max_bytes: int = 262144,
+                oversize: str = "truncate") -> bytes:
+    msg = {"reason": reason, "message": message[:_MESSAGE_CHARS],
            "source": {"topic": topic, "partition": int(partition), "offset": int(offset),
                       "timestamp_ms": None if timestamp_ms is None or timestamp_ms < 0 else int(timestamp_ms)},
            "model_version": model_version, "dead_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "payload_encoding": enc, "payload": payload}
+           "payload_encoding": "none", "payload": None, "payload_bytes": 0, "payload_truncated": False,
+           "payload_sha256": None}
+    if value is None:
+        return _dump(msg)
+    msg["payload_bytes"], msg["payload_sha256"] = len(value), hashlib.sha256(value).hexdigest()
+    text = _utf8(value)
+    keep = len(value) if len(value) <= max_bytes or oversize == "truncate" else 0
+    while True:  # shrink the kept prefix until the whole message fits (escaping may grow text up to 6x)
+        if keep or not value:  # an empty value is kept as "" (utf-8); null stays "none"
+            prefix = value[:keep]
+            msg["payload_encoding"], msg["payload"] = ("utf-8", prefix.decode("utf-8", "ignore")) if text \
+                else ("base64", base64.b64encode(prefix).decode("ascii"))
+        else:
+            msg["payload_encoding"], msg["payload"] = "none", None
+        msg["payload_truncated"] = keep < len(value)
+        out = _dump(msg)
+        if len(out) <= max_bytes or not keep:
+            return out
+        keep = int(keep * max_bytes / len(out) * 0.95) if oversize == "truncate" else 0
+
+
+def _utf8(value: bytes) -> bool:
+    """Whether the whole value is UTF-8 (a cut prefix then only loses a split last character)."""
+    try:
+        value.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _dump(msg: dict) -> bytes:
     return json.dumps(msg, separators=(",", ":")).encode()

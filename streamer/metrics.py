@@ -54,6 +54,8 @@ class StreamMetrics:
         self.rebalances = Counter("kdsm_rebalances", "partition revocations and assignments", ["kind"], registry=r)
         self.sink_errors = Counter("kdsm_sink_errors", "exceptions raised by post-commit sinks", ["sink"], registry=r)
         self.delivery_errors = Counter("kdsm_delivery_errors", "alert/dead-letter sends the broker did not acknowledge", registry=r)
+        self.fallbacks = Counter("kdsm_publish_fallbacks", "alerts/dead letters replaced by a small fallback record after the producer or broker refused them, by topic",
+                                 ["topic"], registry=r)
         self.last_loop = time.time()
 
     def render(self) -> bytes:

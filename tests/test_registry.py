@@ -131,3 +131,33 @@ def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path
         assert prov._thread.is_alive()  # keeps retrying, never crashes the streamer
     finally:
         prov.close()
+
+
+def test_model_info_metric_follows_a_swap_without_traffic(registry, tiny_model_dir, second_model_dir, kafka_bootstrap,
+                                                         redis_url, unique):
+    """After a promote or rollback with no events flowing, kdsm_model_info names the new version within seconds."""
+    from stream_support import StreamerThread, create_topics, make_settings, wait_for
+
+    v1, v2 = registry.add(tiny_model_dir), registry.add(second_model_dir)
+    registry.promote(v1)
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    create_topics(s)
+    prov = RegistryModelProvider(registry, device="cpu", check_interval_s=60)
+    streamer = StreamerThread(s, provider=prov).start()
+
+    def serving() -> set[str]:
+        text = streamer.app.metrics.render().decode()
+        return {line.split('version="')[1].split('"')[0] for line in text.splitlines()
+                if line.startswith("kdsm_model_info{") and line.endswith(" 1.0")}
+
+    try:
+        assert serving() == {v1}
+        registry.promote(v2)
+        assert prov.wait_for(v2, timeout=10)
+        assert wait_for(lambda: serving() == {v2}, timeout=3), serving()
+        registry.rollback()
+        assert prov.wait_for(v1, timeout=10)
+        assert wait_for(lambda: serving() == {v1}, timeout=3), serving()
+    finally:
+        streamer.stop()
+        prov.close()

@@ -1,0 +1,153 @@
+"""Poison events against the real broker and Redis: no payload stops a partition, no finite value scores NaN.
+
+Every valid event alerts (the warning threshold is set to 0 in Redis), so
+"every valid event was scored" is checkable per event id on the alerts topic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import make_blobs
+from kafka import KafkaProducer
+from stream_support import StreamerThread, create_topics, event, make_settings, read_topic, wait_for
+
+from offline_train.detector import KDSM
+from streamer.thresholds import ThresholdStore, connect
+
+pytestmark = pytest.mark.integration
+
+MB = 1 << 20
+PRODUCER_LIMIT = 1048576  # kafka-python's default max_request_size, which the streamer's producer keeps
+
+
+def _alert_everything(s, model, redis_url):
+    ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
+
+
+def _produce_big(s, values: list[bytes], keys: dict | None = None) -> None:
+    """A producer that accepts records up to 16 MB (the dev broker takes them; the streamer's producer would not)."""
+    p = KafkaProducer(bootstrap_servers=s.kafka.bootstrap, acks="all", max_request_size=16 * MB, linger_ms=5)
+    for i, v in enumerate(values):
+        p.send(s.kafka.events_topic, key=(keys or {}).get(i, f"k{i}".encode()), value=v)
+    p.flush()
+    p.close()
+
+
+def _alerts_by_event(s, want: int, timeout: float) -> dict:
+    got = read_topic(s.kafka.bootstrap, s.kafka.alerts_topic, want, timeout=timeout)
+    out = {}
+    for r in got:
+        a = json.loads(r.value)
+        out.setdefault(a["event_id"], a)  # judge each event by its first alert
+    return out
+
+
+def test_oversized_payloads_never_stop_the_partition(kafka_bootstrap, redis_url, unique, tiny_model_dir):
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
+    create_topics(s)
+    _alert_everything(s, model, redis_url)
+    X = make_blobs(n=1300, seed=0)[0][1200:]
+    names = model.feature_names_
+    big = {1 * MB: b'{"id": "big", "pad": "' + b"x" * MB + b'"}',  # text: truncated as text
+           2 * MB: bytes(range(256)) * (2 * MB // 256),  # binary: base64 would grow it by a third
+           10 * MB: b'{"id": "huge", "pad": "' + b"\x01" * (10 * MB) + b'"}'}  # JSON escapes a control byte as 6
+    values, valid, big_offsets = [], [], {}
+    for i, x in enumerate(X):
+        values.append(event(f"v{i}", x, names))
+        valid.append(f"v{i}")
+        if i in (10, 40, 70):
+            payload = list(big.values())[(10, 40, 70).index(i)]
+            big_offsets[len(values)] = len(payload)
+            values.append(payload)
+    # A 2 MB key too: the dead letter keeps the original key, so the producer refuses it at send; its small
+    # fallback record (key = the key's SHA-256) takes its place.
+    big_key_offset = len(values)
+    big_offsets[big_key_offset] = 2 * MB
+    values.append(b"x" * (2 * MB))
+    values += [event(f"w{i}", x, names) for i, x in enumerate(X[:20])]
+    valid += [f"w{i}" for i in range(20)]
+    _produce_big(s, values, keys={big_key_offset: b"K" * (2 * MB)})
+
+    streamer = StreamerThread(s).start()
+    try:
+        alerts = {}
+
+        def all_valid_alerted():
+            alerts.update(_alerts_by_event(s, len(valid), timeout=2))
+            return set(valid) <= set(alerts) or not streamer.thread.is_alive()
+
+        wait_for(all_valid_alerted, timeout=60, every=0.5)
+        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+        assert set(valid) <= set(alerts), f"{len(set(valid) - set(alerts))} valid events never alerted"
+        assert all(math.isfinite(a["score"]) for a in alerts.values())
+        dead = read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, len(big_offsets), timeout=20)
+    finally:
+        streamer.stop()
+    by_offset = {json.loads(r.value)["source"]["offset"]: (json.loads(r.value), len(r.value), r.key) for r in dead}
+    assert set(by_offset) == set(big_offsets)
+    for off, size in big_offsets.items():
+        d, n_bytes, key = by_offset[off]
+        assert d["reason"] == "oversized"
+        assert d["payload_bytes"] == size and d["payload_truncated"] is True
+        assert n_bytes <= s.kafka.deadletter_max_bytes < PRODUCER_LIMIT
+        assert d["payload_sha256"]
+        if off == big_key_offset:
+            assert "MessageSizeTooLargeError" in d["publish_fallback"]["error"]
+            assert d["publish_fallback"]["left_out"] == ["payload"]
+            assert key == hashlib.sha256(b"K" * (2 * MB)).hexdigest().encode()
+        else:
+            assert d["payload"] and "publish_fallback" not in d  # default: the first bytes are kept
+
+
+EXTREME = {
+    "f0=1e308": lambda d: [1e308] + [0.0] * (d - 1),
+    "all=-1e300": lambda d: [-1e300] * d,
+    "all=1e38": lambda d: [1e38] * d,
+    "f0=-1e38": lambda d: [-1e38] + [0.0] * (d - 1),
+    "all=3.4e38 (float32 max 3.4028e38)": lambda d: [3.4e38] * d,
+    "all=-3.4e38": lambda d: [-3.4e38] * d,
+    "all=1.2e-38 (float32 smallest normal)": lambda d: [1.2e-38] * d,
+    "alternating +-1e300": lambda d: [(-1) ** j * 1e300 for j in range(d)],
+}
+
+
+def test_extreme_finite_values_alert_with_a_finite_score(kafka_bootstrap, redis_url, unique, tiny_model_dir):
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
+    create_topics(s)
+    _alert_everything(s, model, redis_url)
+    names = model.feature_names_
+    X = make_blobs(n=1250, seed=0)[0][1200:]
+    values, ids = [], []
+    for i, x in enumerate(X):
+        values.append(event(f"v{i}", x, names))
+        ids.append(f"v{i}")
+        if i < len(EXTREME):
+            kind = list(EXTREME)[i]
+            values.append(json.dumps({"id": kind, **dict(zip(names, EXTREME[kind](len(names)), strict=True))}).encode())
+            ids.append(kind)
+    _produce_big(s, values)
+    streamer = StreamerThread(s).start()
+    try:
+        alerts = {}
+        wait_for(lambda: set(ids) <= set(alerts.update(_alerts_by_event(s, len(ids), 2)) or alerts), timeout=40, every=0.5)
+        dead = read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, 1, timeout=1)
+    finally:
+        streamer.stop()
+    assert not dead, [json.loads(r.value)["reason"] for r in dead]
+    missing = [k for k in ids if k not in alerts]
+    assert not missing, f"no alert (a NaN score has no severity): {missing}"
+    for kind in EXTREME:
+        a = alerts[kind]
+        assert math.isfinite(a["score"]), kind
+        if max(abs(v) for v in EXTREME[kind](len(names))) > 1e30:
+            # Values this far out are the clearest anomalies there are: the top severity, not a silent row.
+            assert a["severity"] == "critical", (kind, a["score"])
+        assert all(math.isfinite(f["expected"]) for f in a["top_features"]), kind
+    assert np.isfinite([a["score"] for a in alerts.values()]).all()
