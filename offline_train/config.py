@@ -83,8 +83,7 @@ class RefineConfig(Section):
     enabled: bool = Field(True, description="warm start from an isolation forest's core, then refinement rounds; false = every row (the published method)")
     start_keep: float = Field(0.5, gt=0, le=1, description="share of rows, least anomalous first by an isolation forest, the network learns from first")
     rounds: int = Field(3, ge=0, description="refinement rounds (evenly spaced over the step budget): rescore every row, keep the normal-looking ones")
-    keep: float | Literal["auto"] = Field("auto", description="rows kept in each round: a share (lowest scores), or auto = every row below the outlier fence of the log-scores")
-    fence: float = Field(3.0, gt=0, description="auto: the fence is median + fence * 1.4826 * MAD of the log-scores")
+    keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
     max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
 
     @field_validator("keep")

@@ -233,9 +233,8 @@ class KDSM(BaseEstimator):
             ema_percentile=ema.percentile, ema_buffers=ema.average_buffers, precision=t.precision,
             device=self.device_, seed=t.seed, progress=progress, rows=rows,
             reselect=refine, reselect_at=refine.at if refine else ())
-        if refine:
-            self.train_summary_.refine = {"start_kept": None if rows is None else round(len(rows) / len(Z), 4),
-                                          "rounds": refine.rounds_}
+        if refine is not None:
+            self.train_summary_.refine = refine.summary()
         self.net_.eval()
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
@@ -262,8 +261,13 @@ class KDSM(BaseEstimator):
     def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
         """Scores and the raw network outputs f(x) for raw rows ``X``, in eval mode (batch-invariant)."""
         X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+        if X.ndim != 2:
+            raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}. Reshape your data "
+                             "with X.reshape(1, -1) for a single row")
+        if X.shape[1] != self.n_features_in_:
             raise ValueError(f"expected {self.n_features_in_} features, got shape {X.shape}")
+        if not np.isfinite(X).all():  # the streamer dead-letters such rows before they get here
+            raise ValueError("X contains NaN or infinite values")
         Z = self.standardise(X).astype(np.float32)
         outs = []
         cuda = self.device_.type == "cuda"

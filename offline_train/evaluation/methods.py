@@ -94,7 +94,7 @@ def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler
         ts = det.train_summary_
         info = {"steps": ts.steps, "epochs": round(ts.epochs, 2), "precision": ts.precision,
                 "filtered_fraction": ts.filtered_fraction,
-                "kept_fraction": ts.refine["rounds"][-1]["kept"] if ts.refine and ts.refine["rounds"] else None}
+                "kept_fraction": ts.refine["keep"] if ts.refine else None}
     else:
         model = _baseline(name, seed).fit(scaler.transform(X_train))
         fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
