@@ -36,6 +36,10 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     ts = det.train_summary_
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
+    if ts.refine:
+        log(f"refined: contamination estimate {ts.refine['contamination_estimate']:.1%} (isolation forest); "
+            f"warm start on the {ts.refine['start_keep']:.0%} core, then {ts.refine['rounds']} rounds on the "
+            f"{ts.refine['keep']:.1%} of rows the network finds most normal")
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
                "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist(), strict=True)),
                "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,
