@@ -55,6 +55,7 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
     c.add_argument("--split", choices=["paper", "clean"], default="paper", help="which split's rows (default paper)")
     c.add_argument("--seeds", help="comma-separated seeds to keep (default: all)")
     c.add_argument("--focus", default="default", help="the method whose wins are counted (default: default)")
+    c.add_argument("--per-dataset", action="store_true", help="also the per-dataset AUC-PR and AUC-ROC tables")
     c.add_argument("--out", help="also write the table to this Markdown file")
     c.set_defaults(func=_compare)
 
@@ -86,6 +87,13 @@ def _compare(a) -> int:
         table = compare_table(rows, a.focus)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if a.per_dataset:
+        from .report import markdown_tables
+
+        last = {(r["dataset"], r["seed"], r["method"]): r for r in rows}
+        methods = [a.focus] + [m for m in dict.fromkeys(r["method"] for r in last.values()) if m != a.focus]
+        per = markdown_tables(list(last.values()), {}, methods, metrics=("aucpr", "aucroc"))
+        table += "\n\n" + per[:per.index("### Mean over datasets")].rstrip()
     print(table)
     if a.out:
         Path(a.out).write_text(f"{a.setting}, {a.split} split, from {', '.join(a.csv)}\n\n{table}\n")
