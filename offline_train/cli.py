@@ -1,4 +1,4 @@
-"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.cli``.
+"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.ops.cli``.
 
 Each ``register`` takes the argparse subparsers and the settings class to load
 (the full product settings, so one YAML file serves every command).
@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true", help="replace the model artifact already at --out")
     p.set_defaults(func=lambda a: _train(a, settings_cls))
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",
@@ -53,9 +54,13 @@ def _train(a, settings_cls) -> int:
         s.train.seed = a.seed
     if a.device:
         s.train.device = a.device
-    summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty())
+    from .model import resolve_device
+
+    resolve_device(s.train.device)  # an unusable device fails here, in one line, before any data is read
+    summary = train_job(s, a.data, a.out, progress=not a.quiet and sys.stderr.isatty(), force=a.force)
     print(json.dumps({"version": summary["version"], "labels": summary.get("labels"),
-                      "train_seconds": summary["train"]["seconds"]}))
+                      "train_seconds": summary["train"]["seconds"],
+                      "rows_read": summary["data"]["rows_read"], "rows_skipped": summary["data"]["rows_skipped"]}))
     return 0
 
 

@@ -15,6 +15,7 @@ default.
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,22 +36,23 @@ class DataConfig(Section):
     """Which Parquet columns are features, ids, times and (optional) labels."""
 
     features: list[str] | None = Field(None, description="feature columns in order; None = every numeric column that is not id/timestamp/label")
-    id_column: str = "id"
-    timestamp_column: str = "ts"
+    id_column: str = Field("id", description="Parquet column holding the row id (kept out of the features)")
+    timestamp_column: str = Field("ts", description="Parquet column holding the event time (kept out of the features)")
     label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
     batch_rows: int = Field(65536, gt=0, description="Parquet record-batch size while streaming")
     max_train_rows: int = Field(200_000, gt=0, description="cap on rows held in memory for SGD (uniform sample)")
+    max_skipped_fraction: float = Field(0.25, ge=0, le=1, description="fail training when more than this fraction of the rows has a missing or non-finite feature (such rows are skipped)")
     scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
 
 
 class SigmaConfig(Section):
     """Per-feature noise scales from kurtosis (DESIGN 3.2)."""
 
-    mode: Literal["kurtosis", "global"] = "kurtosis"
-    base: float = Field(0.5, gt=0)
-    c: float = 0.33
+    mode: Literal["kurtosis", "global"] = Field("kurtosis", description="kurtosis = per-feature noise scale from the feature's kurtosis; global = one scale for all")
+    base: float = Field(0.5, gt=0, description="base noise scale sigma_0 in standardised units")
+    c: float = Field(0.33, description="sigma_j = base * (1 + c * (kappa_j - 3)), then clipped (see clip)")
     trim: float = Field(0.02, ge=0, lt=0.5, description="fraction trimmed at each tail")
-    bins: int = Field(200, ge=2)
+    bins: int = Field(200, ge=2, description="equal-width histogram bins of the (rearranged) kurtosis estimate")
     clip: Literal["code", "paper"] = Field("code", description="code = [0.1, 3.0], paper = [0.1, 2.0]")
     discrete_kappa: float = Field(1.8, description="kappa for binary/ternary/constant columns")
 
@@ -62,18 +64,18 @@ class SigmaConfig(Section):
 class ModelConfig(Section):
     """ResNet-MLP score network (DESIGN 3.3)."""
 
-    width: int = Field(512, gt=0)
-    depth: int = Field(6, ge=0)
-    dropout_hidden: float = Field(0.2, ge=0, lt=1)
-    dropout_residual: float = Field(0.1, ge=0, lt=1)
+    width: int = Field(512, gt=0, description="hidden width of the ResNet-MLP score network (paper: 512)")
+    depth: int = Field(6, ge=0, description="residual blocks of the score network (paper: 6)")
+    dropout_hidden: float = Field(0.2, ge=0, lt=1, description="dropout after the ReLU inside each residual block")
+    dropout_residual: float = Field(0.1, ge=0, lt=1, description="dropout after the second Linear of each block, before the skip add")
 
 
 class EMAConfig(Section):
     """EMA-teacher filtering (DESIGN 3.5)."""
 
-    enabled: bool = True
-    decay: float = Field(0.999, gt=0, lt=1)
-    percentile: float = Field(80.0, gt=0, le=100)
+    enabled: bool = Field(True, description="EMA-teacher filtering of likely anomalies from training batches (K-DSM-EMA)")
+    decay: float = Field(0.999, gt=0, lt=1, description="decay of the EMA teacher's weights")
+    percentile: float = Field(80.0, gt=0, le=100, description="rows of each batch the teacher scores above this percentile are left out of the step")
     average_buffers: bool = Field(False, description="also average BatchNorm running stats (reference code: no)")
 
 
@@ -109,18 +111,18 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
 class OptimConfig(Section):
     """Training loop (DESIGN 3.4). ``profile`` fills epochs/steps unless they are set."""
 
-    profile: Literal["fast", "paper"] = "fast"
-    epochs: int | None = Field(None, gt=0)
-    steps: int | None = Field(None, gt=0)
-    min_steps: int | None = Field(None, gt=0, description="lower bound on an epoch budget")
-    max_steps: int | None = Field(None, gt=0, description="upper bound on an epoch budget")
-    batch_size: int = Field(128, gt=1)
-    noise_copies: int = Field(3, gt=0)
-    lr: float = Field(5e-4, gt=0)
-    weight_decay: float = Field(5e-5, ge=0)
+    profile: Literal["fast", "paper"] = Field("fast", description="fast = 256-wide net, 500 epochs within 2000..4500 steps (CPU); paper = 512 wide, 500 epochs")
+    epochs: int | None = Field(None, gt=0, description="epochs over the training rows; null = from the profile")
+    steps: int | None = Field(None, gt=0, description="optimiser steps; null = from the profile (set it to override epochs)")
+    min_steps: int | None = Field(None, gt=0, description="lower bound on an epoch budget; null = the profile's (fast: 2000)")
+    max_steps: int | None = Field(None, gt=0, description="upper bound on an epoch budget; null = the profile's (fast: 4500)")
+    batch_size: int = Field(128, gt=1, description="rows per optimiser step")
+    noise_copies: int = Field(3, gt=0, description="noisy copies of each row per step")
+    lr: float = Field(5e-4, gt=0, description="Adam learning rate")
+    weight_decay: float = Field(5e-5, ge=0, description="Adam weight decay (L2)")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast where the CPU/GPU supports it")
     device: str = Field("auto", description="auto = cuda when present, else cpu")
-    seed: int = 0
+    seed: int = Field(0, description="seed of sampling, noise and initialisation")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")
 
     def budget_rule(self) -> dict[str, int | None]:
@@ -179,7 +181,7 @@ class CalibrationConfig(Section):
     """Held-out calibration slice and named severities (DESIGN 3.7)."""
 
     holdout: float = Field(0.2, ge=0, lt=1, description="fraction of the training window kept out of training; 0 = calibrate in-sample (benchmarks)")
-    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999})
+    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999}, description="severity name -> quantile of the calibration scores that is its threshold")
     top_features: int = Field(5, gt=0, description="features listed in an explanation")
 
     @model_validator(mode="after")
@@ -240,6 +242,57 @@ class TrainSettings(KDSMSettings):
 # The YAML path travels to settings_customise_sources through this per-class slot:
 # pydantic-settings builds sources before __init__ can see a custom argument.
 _CURRENT_FILE: dict[type, Path | None] = {}
+
+
+ENV_PREFIX = "KDSM_"
+
+
+def env_names(cls: type[BaseModel], prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment variable a settings class reads: ``KDSM_SECTION`` (JSON) and ``KDSM_SECTION__KEY``, nested.
+
+    >>> sorted(n for n in env_names(TrainSettings) if n.startswith("KDSM_EMA"))[:3]
+    ['KDSM_EMA', 'KDSM_EMA__AVERAGE_BUFFERS', 'KDSM_EMA__DECAY']
+    """
+    out = set()
+    for name, f in cls.model_fields.items():
+        env = (prefix + name).upper()
+        out.add(env)
+        sub = f.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            out |= env_names(sub, env + "__")
+        elif typing.get_origin(sub) is dict:  # KDSM_CALIBRATION__SEVERITIES__WARNING: any key below it
+            out.add(env + "__*")
+    return out
+
+
+def unknown_env(cls: type[BaseModel], environ=None) -> list[str]:
+    """``KDSM_*`` variables ``cls`` would silently ignore: a misspelt key, or a section with one underscore.
+
+    Variables of tools rather than settings (``KDSM_TEST_KAFKA``, ``KDSM_LOCAL_STATE``) have no ``__`` and
+    start with no section name, so they pass.
+
+    >>> unknown_env(TrainSettings, {"KDSM_TRAIN__STPES": "5", "KDSM_TRAIN_STEPS": "5", "KDSM_TRAIN__STEPS": "5",
+    ...                             "KDSM_TEST_KAFKA": "x"})
+    ['KDSM_TRAIN_STEPS (did you mean KDSM_TRAIN__STEPS?)', 'KDSM_TRAIN__STPES (did you mean KDSM_TRAIN__STEPS?)']
+    """
+    import difflib
+
+    environ = os.environ if environ is None else environ
+    known = env_names(cls)
+    sections = {n[len(ENV_PREFIX):] for n in known if "__" not in n}
+    out = []
+    for name in sorted(environ):
+        up = name.upper()
+        if not up.startswith(ENV_PREFIX) or up in known:
+            continue
+        if any(up.startswith(k[:-1]) for k in known if k.endswith("__*")):
+            continue
+        rest = up[len(ENV_PREFIX):]
+        if "__" not in rest and not any(rest.startswith(s + "_") for s in sections):
+            continue
+        guess = difflib.get_close_matches(up, [k for k in known if not k.endswith("*")], n=1, cutoff=0.8)
+        out.append(name + (f" (did you mean {guess[0]}?)" if guess else ""))
+    return out
 
 
 def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLike | None = None, **overrides: Any):

@@ -42,6 +42,15 @@ def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
     return files
 
 
+# The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
+BUNDLED_CARDIO = Path(__file__).resolve().parent / "bundled" / "cardio.parquet"
+
+
+def read_table(spec: str | os.PathLike | list) -> pa.Table:
+    """Every row of the Parquet file(s) at ``spec`` (file, directory, glob or list) as one table."""
+    return _dataset(resolve_paths(spec)).to_table()
+
+
 def _dataset(files: list[Path]) -> ds.Dataset:
     try:
         return ds.dataset([str(f) for f in files], format="parquet")
@@ -80,6 +89,7 @@ class ParquetSource:
     timestamp_column: str = "ts"
     label_column: str | None = "label"
     batch_rows: int = 65536
+    max_skipped_fraction: float | None = None  # a full pass that skips more raises DataError (None: no bound)
     files: list[Path] = field(init=False)
     rows_read: int = field(init=False, default=0)
     rows_skipped: int = field(init=False, default=0)
@@ -115,6 +125,10 @@ class ParquetSource:
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"cannot read Parquet data: {e}") from None
         self.rows_read, self.rows_skipped = read, skipped
+        if self.max_skipped_fraction is not None and read and skipped / read > self.max_skipped_fraction:
+            raise DataError(f"{skipped} of {read} rows ({skipped / read:.1%}) have a missing or non-finite feature "
+                            f"and would be skipped, more than data.max_skipped_fraction = {self.max_skipped_fraction:g}: "
+                            "fix the data or raise the bound")
 
     def load(self, max_rows: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
         """All finite rows (X, y) in stored order, or a uniform sample of ``max_rows`` of them."""

@@ -5,6 +5,7 @@ Also batch scoring of a Parquet file with a saved artifact.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from .artifact import METADATA, ArtifactError
 from .config import TrainSettings
 from .data import DataError, ParquetSource, _dataset, resolve_paths
 from .detector import KDSM
@@ -26,13 +28,40 @@ def label_metrics(y: np.ndarray, scores: np.ndarray) -> dict | None:
             "n": int(len(y)), "anomalies": int(y.sum())}
 
 
-def train_job(settings: TrainSettings, data, out, progress: bool = True, log=print) -> dict:
+def check_output(out, force: bool = False) -> Path:
+    """Refuse an ``--out`` that training could not write, or would destroy, before any work is done.
+
+    ``out`` may be new, an empty directory, or (with ``force``) a model
+    artifact to replace; a file, or a directory holding anything else, is
+    refused either way (replacing it would delete what is there).
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ArtifactError(f"--out {out} is a file, not an artifact directory: choose another path")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / METADATA).is_file():
+            raise ArtifactError(f"--out {out} is a directory that holds other files, not a model artifact: "
+                                "choose a new or empty directory")
+        if not force:
+            raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
+    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"--out {out}: {parent} is not writable")
+    return out
+
+
+def train_job(settings: TrainSettings, data, out, progress: bool = True, log=print, force: bool = False) -> dict:
     """Train from Parquet ``data`` and write the artifact and its report to ``out``; returns the summary."""
+    check_output(out, force)
     dc = settings.data
     source = ParquetSource(data, features=dc.features, id_column=dc.id_column, timestamp_column=dc.timestamp_column,
-                           label_column=dc.label_column, batch_rows=dc.batch_rows)
+                           label_column=dc.label_column, batch_rows=dc.batch_rows,
+                           max_skipped_fraction=dc.max_skipped_fraction)  # checked at the end of the first pass
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
     det = KDSM.from_settings(settings).fit_source(source, progress=progress)
+    if source.rows_skipped:
+        log(f"data: skipped {source.rows_skipped} of {source.rows_read} rows ({source.rows_skipped / source.rows_read:.1%}): "
+            f"a feature is missing or non-finite (NaN/inf); bound data.max_skipped_fraction = {dc.max_skipped_fraction:g}")
     ts = det.train_summary_
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))

@@ -96,13 +96,31 @@ class ScoreNet(nn.Module):
         return self.head(self.blocks(self.stem(x)))
 
 
+class DeviceError(ValueError):
+    """A device that cannot be used here: not a torch device name, or CUDA asked for where there is none."""
+
+
 def resolve_device(spec: str = "auto") -> torch.device:
-    """``auto`` = CUDA when present, else CPU; anything else is passed to torch.device."""
+    """``auto`` = CUDA when present, else CPU; anything else is passed to torch.device.
+
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("gpu0")
+    Traceback (most recent call last):
+    ...
+    offline_train.model.DeviceError: invalid device 'gpu0': use auto, cpu, cuda or cuda:N
+    """
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(spec)
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise DeviceError(f"invalid device {spec!r}: use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {spec!r} requested but CUDA is not available")
+        raise DeviceError(f"device {spec!r} requested but CUDA is not available here (torch {torch.__version__}, "
+                          f"CUDA build: {torch.version.cuda or 'no'}); use --device cpu or auto")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"device {spec!r} requested but there are {torch.cuda.device_count()} CUDA device(s)")
     return dev
 
 

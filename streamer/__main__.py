@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from streamer.ops.cli import main
 
 sys.exit(main())

@@ -15,8 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 
 from offline_train.config import Section, TrainSettings
-
-from .ops_config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
+from streamer.lifecycle.config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
 
 
 class KafkaConfig(Section):
@@ -28,6 +27,7 @@ class KafkaConfig(Section):
     deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
     group_id: str = Field("kdsm-stream", description="consumer group; run N streamers with one group to scale out")
     client_id: str = Field("kdsm-stream", description="client id shown in broker logs")
+    connect_timeout_s: float = Field(10.0, gt=0, description="give up reaching a broker after this long (a kdsm command then says Kafka is unreachable)")
     auto_offset_reset: str = Field("earliest", description="where a group without committed offsets starts: earliest|latest")
     security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
     sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ... (SASL only)")
@@ -49,12 +49,14 @@ class KafkaConfig(Section):
 
 
 class RedisConfig(Section):
-    """The Redis control plane (live thresholds)."""
+    """The Redis control plane: live thresholds, model registry, retrain requests and lock (streamer.lifecycle.control)."""
 
     url: str = Field("redis://127.0.0.1:16379/0", description="redis:// or rediss:// URL")
     password: SecretStr | None = Field(None, description="Redis password (prefer env KDSM_REDIS__PASSWORD)")
     key_prefix: str = Field("kdsm:", description="prefix of every key and channel the product uses")
-    socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout; a slow Redis never stalls scoring longer")
+    socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout of the scoring path (live thresholds); a slow Redis never stalls scoring longer")
+    command_timeout_s: float = Field(3.0, gt=0, description="per-command timeout of the control plane: registry, retrain, drift, the kdsm commands")
+    connect_timeout_s: float = Field(3.0, gt=0, description="give up connecting to Redis after this long (a kdsm command then says Redis is unreachable)")
     refresh_s: float = Field(1.0, gt=0, description="periodic threshold re-read, in addition to pub/sub notifications")
 
 
@@ -63,7 +65,7 @@ class StreamConfig(Section):
 
     model: str | None = Field(None, description="model artifact directory (the --model flag overrides it)")
     device: str = Field("auto", description="auto = CUDA when present, else CPU; or cpu, cuda, cuda:1")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads for scoring; None = torch default")
+    threads: int | None = Field(None, gt=0, description="torch CPU threads of a kdsm stream process; None = torch default")
     max_batch: int = Field(2000, gt=0, description="most events per micro-batch")
     max_wait_ms: int = Field(100, ge=0, description="longest wait to fill a micro-batch")
     max_in_flight: int = Field(2, ge=1, description="batches sent but not yet acknowledged; at this many the partitions are paused")

@@ -8,20 +8,34 @@ from __future__ import annotations
 
 import logging
 
-from .app import StreamApp
-from .lifecycle import close_parts, lifecycle_parts
-from .metrics import MetricsServer, StreamMetrics
-from .thresholds import LiveThresholds
+from streamer.lifecycle.metrics import LifecycleMetrics
+from streamer.lifecycle.thresholds import LiveThresholds
+from streamer.pipeline.app import StreamApp
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
+
+from .wiring import close_parts, lifecycle_parts
 
 log = logging.getLogger("kdsm.stream")
 
 
+def configure_process(settings) -> None:
+    """Process-wide settings of a stream process: torch's CPU threads (``stream.threads``).
+
+    The process's entry point calls it (``kdsm stream``); library calls
+    (tests, the demo's in-process streamer) leave the process alone.
+    """
+    if settings.stream.threads:
+        import torch
+
+        torch.set_num_threads(settings.stream.threads)
+
+
 def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[StreamApp, MetricsServer | None]:
     """A ready-to-run ``StreamApp`` with its metrics server (started) and live thresholds (started)."""
-    if provider is None:  # provider + archive/drift sinks from settings (streamer.lifecycle)
-        provider, extra = lifecycle_parts(settings, model_path)
-        sinks = [*sinks, *extra]
     metrics = StreamMetrics()
+    if provider is None:  # provider + archive/drift sinks from settings (streamer.wiring), counting on /metrics
+        provider, extra = lifecycle_parts(settings, model_path, LifecycleMetrics(metrics.registry))
+        sinks = [*sinks, *extra]
     server = None
     if settings.metrics.enabled:
         server = MetricsServer(metrics, settings.metrics.host, settings.metrics.port).start()

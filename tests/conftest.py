@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamer import local_services
+from streamer.dev import local_services
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ def make_settings(kafka_bootstrap: str, redis_url: str, unique: str, model: str 
 def produce_paced(s: Settings, values: list, per_flush: int, pause_s: float = 0.1) -> None:
     """Produce ``values`` (keys k0, k1, ...) in flushed bursts of ``per_flush`` with a pause between,
     so a kill in a crash test lands mid-stream."""
-    from streamer.kafka_clients import make_producer
+    from streamer.pipeline.kafka_clients import make_producer
 
     p = make_producer(s.kafka)
     for i, v in enumerate(values):

@@ -11,8 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_train.data import ParquetSource
-from streamer.archive import SPOOL, ArchiveSink, archive_schema, closed_files, example_batch
-from streamer.ops_config import ArchiveConfig
+from streamer.lifecycle.archive import (
+    SPOOL,
+    ArchiveSink,
+    archive_schema,
+    closed_files,
+    example_batch,
+)
+from streamer.lifecycle.config import ArchiveConfig
 
 
 class Clock:

@@ -20,7 +20,7 @@ from conftest import make_blobs
 from stream_support import create_topics, event, make_settings, produce_paced
 
 from offline_train.detector import KDSM
-from streamer.archive import SPOOL, archive_schema, closed_files, read_spool
+from streamer.lifecycle.archive import SPOOL, archive_schema, closed_files, read_spool
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def archived_ids(root) -> list:
 
 
 def _start(cfg, model_dir, log):
-    return subprocess.Popen([sys.executable, "-m", "streamer.cli", "stream", "--config", cfg, "--model", model_dir],
+    return subprocess.Popen([sys.executable, "-m", "streamer", "stream", "--config", cfg, "--model", model_dir],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -11,7 +11,7 @@ from conftest import make_blobs
 
 from offline_train.config import TrainSettings
 from offline_train.evaluation.runner import BenchSpec, read_rows, run_bench
-from streamer.cli import main
+from streamer.ops.cli import main
 
 # Two ADBench datasets and the paper's semi-supervised tables, copied from ../shared so the
 # test needs nothing outside the checkout (CI runs in a fresh clone anywhere).

@@ -10,7 +10,7 @@ from conftest import make_blobs
 
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
-from streamer.cli import main
+from streamer.ops.cli import main
 
 
 @pytest.fixture
@@ -63,10 +63,27 @@ def test_rows_with_missing_values_are_skipped_and_counted(tmp_path, tiny_config)
     assert data["rows_read"] == 300 and data["rows_skipped"] == 31
 
 
+def test_skipped_rows_are_reported_and_bounded(tmp_path, tiny_config, capsys, monkeypatch):
+    """NaN in half the rows used to train silently on the other half (exit 0): now it is said, and bounded."""
+    X, _ = make_blobs(n=300, seed=5)
+    X[::2, 0] = np.nan
+    path = write_parquet(tmp_path / "half.parquet", X, [f"f{j}" for j in range(X.shape[1])])
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(path), "--out", str(out), "--config", str(tiny_config), "--quiet"]) == 2
+    cap = capsys.readouterr()
+    assert "150 of 300 rows (50.0%)" in cap.err and "data.max_skipped_fraction = 0.25" in cap.err
+    assert "Traceback" not in cap.err and "trained:" not in cap.out and not out.exists()  # failed before training
+    monkeypatch.setenv("KDSM_DATA__MAX_SKIPPED_FRACTION", "0.6")
+    assert main(["train", "--data", str(path), "--out", str(out), "--config", str(tiny_config), "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "skipped 150 of 300 rows (50.0%)" in cap.out and "non-finite" in cap.out
+    assert json.loads(cap.out.strip().splitlines()[-1])["rows_skipped"] == 150
+
+
 def test_directory_and_glob_inputs(small_parquet, tiny_config, tmp_path):
     for spec in (str(small_parquet.parent), str(small_parquet.parent / "*.parquet")):
         assert main(["train", "--data", spec, "--out", str(tmp_path / "m"), "--config", str(tiny_config),
-                     "--quiet", "--features", "f0", "f1", "f2"]) == 0
+                     "--quiet", "--features", "f0", "f1", "f2", "--force"]) == 0  # the second replaces the first
         assert KDSM.load(tmp_path / "m").feature_names_ == ["f0", "f1", "f2"]
 
 
@@ -112,7 +129,7 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
 
 
 def test_every_subcommand_has_help(capsys):
-    from streamer.cli import build_parser
+    from streamer.ops.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

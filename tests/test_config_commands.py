@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from offline_train.config import load_settings
-from streamer.cli import main
 from streamer.config import Settings
+from streamer.ops.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRETS = ("pw-kafka-8d1e", "pw-redis-77aa", "pw-url-5c3f")
@@ -96,6 +96,6 @@ def test_check_warns_about_a_secret_in_the_file(tmp_path, capsys):
 def test_console_command_exit_status(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("sigma:\n  bsae: 1\n")
-    r = subprocess.run([sys.executable, "-m", "streamer.cli", "config", "check", str(bad)],
+    r = subprocess.run([sys.executable, "-m", "streamer", "config", "check", str(bad)],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "sigma.bsae: unknown key" in r.stderr

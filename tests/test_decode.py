@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from stream_support import malformed_corpus
 
-from streamer.decode import REASONS, Decoder
+from streamer.pipeline.decode import REASONS, Decoder
 
 NAMES = ["f0", "f1", "f2"]
 

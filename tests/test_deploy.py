@@ -5,7 +5,7 @@ references, env names through Settings, commands through the real `kdsm`
 parser); the Dockerfile's install lines are compared with
 deploy/local/setup.sh; the k8s manifests, the Prometheus scrape config and
 the Grafana dashboard are checked against the code they point at
-(/healthz and /metrics of streamer.metrics, metric names, config keys).
+(/healthz and /metrics of streamer.pipeline.metrics, metric names, config keys).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import pytest
 import yaml
 
 from offline_train.config import load_settings
-from streamer.cli import build_parser
 from streamer.config import Settings
-from streamer.config_render import iter_keys
-from streamer.metrics import MetricsServer, StreamMetrics
+from streamer.ops.cli import build_parser
+from streamer.ops.render import iter_keys
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -445,7 +445,7 @@ def test_streamer_probes_hit_the_health_endpoint_the_streamer_serves():
     svc = docs[("Service", "kdsm-streamer-metrics")]
     assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
-    # and those paths are what streamer.metrics serves: /healthz 200 while the loop turns, /metrics text
+    # and those paths are what streamer.pipeline.metrics serves: /healthz 200 while the loop turns, /metrics text
     server = MetricsServer(StreamMetrics(), "127.0.0.1", 0).start()
     try:
         for path in (ann["prometheus.io/path"], ctr["livenessProbe"]["httpGet"]["path"]):
@@ -504,7 +504,7 @@ def test_dashboard_queries_only_metrics_the_streamer_exports():
         for t in p["targets"]:
             names = set(re.findall(r"\bkdsm_[a-z0-9_]+", t["expr"]))
             assert names, f"{p['title']}: no kdsm metric"
-            assert names <= exported, f"{p['title']}: {names - exported} not exported by streamer.metrics"
+            assert names <= exported, f"{p['title']}: {names - exported} not exported by streamer.pipeline.metrics"
             used |= names
     # the headline metrics of the issue are on it
     for m in ("kdsm_events_total", "kdsm_alerts_total", "kdsm_dead_letters_total", "kdsm_batch_seconds_bucket",

@@ -7,7 +7,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from streamer.local_services import free_port, port_open
+from streamer.dev.local_services import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,3 +49,25 @@ def test_start_and_stop_are_idempotent(tmp_path):
     assert not port_open("127.0.0.1", kport) and not port_open("127.0.0.1", rport)
     again = _run("stop.sh", tmp_path, kport, rport)
     assert again.returncode == 0 and "kafka: was not running" in again.stdout
+
+
+def test_local_redis_keeps_its_data_across_stop_and_start(tmp_path):
+    """docs/operations.md: stopping the local services keeps the registry (Redis appends to a file in the state dir)."""
+    import redis
+
+    from streamer.dev.local_services import Service
+
+    svc = Service("redis", free_port(), tmp_path)
+    svc.start()
+    try:
+        client = redis.Redis.from_url(svc.url, decode_responses=True)
+        client.hset("kdsm:registry:pointers", mapping={"current": "v2", "previous": "v1"})
+        client.close()
+        assert svc.stop()
+        assert not port_open("127.0.0.1", svc.port)
+        svc.start()
+        client = redis.Redis.from_url(svc.url, decode_responses=True)
+        assert client.hgetall("kdsm:registry:pointers") == {"current": "v2", "previous": "v1"}
+        client.close()
+    finally:
+        svc.stop()

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from prometheus_client import REGISTRY
 
 from offline_train.detector import KDSM
-from streamer.archive import example_batch
-from streamer.drift import DriftSink, model_alert_rate
-from streamer.ops_config import DriftConfig
-from streamer.registry import Keys
+from streamer.lifecycle.archive import example_batch
+from streamer.lifecycle.config import DriftConfig
+from streamer.lifecycle.control import Keys
+from streamer.lifecycle.drift import DriftSink, model_alert_rate
+from streamer.lifecycle.metrics import LifecycleMetrics
 
 RNG_BASE = np.random.default_rng(123).gamma(2.0, 1.0, 200_000)
 THRESHOLD = float(np.quantile(RNG_BASE, 0.99))  # calibrated alert rate 1 %
@@ -96,11 +96,12 @@ def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_boot
     admin.close()
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
     keys = Keys(f"t{unique}:")
-    before = REGISTRY.get_sample_value("kdsm_drift_events_total", {"detector": "adwin", "signal": "alert_rate"}) or 0
+    metrics = LifecycleMetrics()  # both streamers count into one object here, as on one /metrics
     rng = np.random.default_rng(5)
     shifted = np.concatenate([rng.gamma(2, 1, 4000), rng.gamma(2, 1, 4000) * 1.6])
     # Two streamers see the same shift: one event, one retrain request for the fleet.
-    sinks = [DriftSink(cfg(kafka_topic=topic), redis=redis_client, keys=keys, producer=producer, instance=f"s{i}")
+    sinks = [DriftSink(cfg(kafka_topic=topic), redis=redis_client, keys=keys, producer=producer, instance=f"s{i}",
+                       metrics=metrics)
              for i in range(2)]
     published = [feed(s, shifted) for s in sinks]
     assert sorted(len(p) for p in published) == [0, 1]
@@ -116,5 +117,5 @@ def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_boot
     consumer.close()
     producer.close()
     assert [g["id"] for g in got] == [event["id"]]
-    after = REGISTRY.get_sample_value("kdsm_drift_events_total", {"detector": "adwin", "signal": "alert_rate"})
-    assert after == before + 1
+    assert metrics.value("kdsm_drift_events_total", detector="adwin", signal="alert_rate") == 1
+    assert metrics.value("kdsm_drift_suppressed_total", scope="fleet") >= 1

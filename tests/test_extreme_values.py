@@ -12,7 +12,7 @@ from conftest import make_blobs
 
 from offline_train import detector as detector_module
 from offline_train.detector import KDSM
-from streamer.cli import main
+from streamer.ops.cli import main
 
 F32_MAX = float(np.finfo(np.float32).max)  # 3.4028235e38
 

@@ -25,11 +25,11 @@ from stream_support import (
 )
 
 from offline_train.detector import KDSM
-from streamer.archive import archive_schema, closed_files
-from streamer.drift import model_alert_rate
-from streamer.lifecycle import close_parts
-from streamer.registry import ModelRegistry
-from streamer.retrain import watch
+from streamer.lifecycle.archive import archive_schema, closed_files
+from streamer.lifecycle.drift import model_alert_rate
+from streamer.lifecycle.registry import ModelRegistry
+from streamer.lifecycle.retrain import watch
+from streamer.wiring import close_parts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

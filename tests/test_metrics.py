@@ -4,9 +4,10 @@ import time
 import urllib.error
 import urllib.request
 
-from streamer.drift import DRIFT_EVENTS
-from streamer.metrics import MetricsServer, StreamMetrics
-from streamer.retrain import RETRAIN_RUNS
+from streamer.lifecycle.archive import ArchiveSink, example_batch
+from streamer.lifecycle.config import ArchiveConfig
+from streamer.lifecycle.metrics import LifecycleMetrics
+from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 
 
 def _get(url):
@@ -20,8 +21,9 @@ def _get(url):
 def test_metrics_endpoint_includes_lifecycle_counters_and_health():
     m = StreamMetrics()
     m.alerts.labels("critical").inc(2)
-    DRIFT_EVENTS.labels("adwin", "score").inc()
-    RETRAIN_RUNS.labels("promoted").inc()
+    lm = LifecycleMetrics(m.registry)  # what streamer.service injects into the archive, drift and registry parts
+    lm.drift_events.labels("adwin", "score").inc()
+    lm.retrain_runs.labels("promoted").inc()
     server = MetricsServer(m, port=0, stale_s=0.5).start()
     try:
         status, body = _get(server.url + "/metrics")
@@ -36,3 +38,14 @@ def test_metrics_endpoint_includes_lifecycle_counters_and_health():
         assert _get(server.url + "/healthz")[0] == 503
     finally:
         server.stop()
+
+
+def test_lifecycle_counters_are_injected_per_streamer(tmp_path):
+    """Two streamers in one process (or two tests) count apart: no module-level counters."""
+    a, b = LifecycleMetrics(StreamMetrics().registry), LifecycleMetrics(StreamMetrics().registry)
+    sink = ArchiveSink(ArchiveConfig(dir=str(tmp_path), fsync=False), background=False, metrics=a)
+    sink.on_committed(example_batch(7))
+    sink.close()
+    assert a.value("kdsm_archive_rows_total") == 7.0
+    assert a.value("kdsm_archive_files_total", how="close") == 1.0
+    assert b.value("kdsm_archive_rows_total") == 0.0

@@ -11,7 +11,7 @@ from conftest import make_blobs
 
 from offline_train.config import ModelConfig, OptimConfig
 from offline_train.detector import KDSM
-from streamer.registry import (
+from streamer.lifecycle.registry import (
     LocalArtifactStore,
     ModelRegistry,
     RegistryError,
@@ -47,8 +47,9 @@ def test_add_promote_rollback_and_list(registry, tiny_model_dir, second_model_di
     assert registry.rollback() == (v2, v1)
     assert registry.pointers() == {"current": v1, "previous": v2}
     assert [h["action"] for h in registry.history()] == ["rollback", "promote", "promote"]
-    # Promoting the current version again changes nothing.
-    assert registry.promote(v1) == (v1, v1)
+    # Promoting the current version again changes nothing: the pointers stay (previous, current).
+    assert registry.promote(v1) == (v2, v1)
+    assert registry.pointers() == {"current": v1, "previous": v2}
 
 
 def test_refusals(registry, tiny_model_dir):
@@ -120,7 +121,7 @@ def test_provider_falls_back_when_registry_empty(registry, tiny_model_dir):
 def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path):
     import redis
 
-    from streamer.local_services import free_port
+    from streamer.dev.local_services import free_port
 
     down = redis.Redis(port=free_port(), socket_timeout=0.2, socket_connect_timeout=0.2, decode_responses=True)
     reg = ModelRegistry(down, LocalArtifactStore(tmp_path / "store"), prefix="down:")
@@ -128,7 +129,7 @@ def test_provider_starts_on_fallback_when_redis_is_down(tiny_model_dir, tmp_path
     prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.2, fallback=fallback)
     try:
         assert prov.current() is fallback
-        assert prov._thread.is_alive()  # keeps retrying, never crashes the streamer
+        assert prov._watcher.is_alive()  # keeps retrying, never crashes the streamer
     finally:
         prov.close()
 

@@ -17,12 +17,18 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.archive import ArchiveSink, example_batch
-from streamer.cli import main as kdsm_main
 from streamer.config import Settings
-from streamer.ops_config import ArchiveConfig
-from streamer.registry import ModelRegistry, RegistryModelProvider
-from streamer.retrain import RetrainLock, request_retrain, run_retrain, select_window, watch
+from streamer.lifecycle.archive import ArchiveSink, example_batch
+from streamer.lifecycle.config import ArchiveConfig
+from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
+from streamer.lifecycle.retrain import (
+    RetrainLock,
+    request_retrain,
+    run_retrain,
+    select_window,
+    watch,
+)
+from streamer.ops.cli import main as kdsm_main
 
 pytestmark = pytest.mark.integration
 FEATURES = [f"f{j}" for j in range(6)]
@@ -161,7 +167,7 @@ def test_two_jobs_at_once_one_trains(setup, tmp_path):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    cmd = [sys.executable, "-m", "streamer.cli", "retrain", "--config", str(cfg), "--log-level", "WARNING"]
+    cmd = [sys.executable, "-m", "streamer", "retrain", "--config", str(cfg), "--log-level", "WARNING"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [p.communicate(timeout=180) for p in procs]
     results = [json.loads(o) for o, _ in outs]
@@ -238,3 +244,22 @@ def test_gate_compares_with_current_on_labelled_rows(tmp_path, redis_url, unique
     labels = res.details["gate"]["checks"]["labels"]
     assert labels["new"]["auc_pr"] < labels["current"]["auc_pr"] - s.retrain.gate_max_auc_pr_drop
     assert reg.current_version() == v0
+
+
+def test_models_add_promote_twice_keeps_previous(setup, tmp_path, capsys, second_model):
+    """A repeated `models add --promote` (a re-run bootstrap job) must not make previous == current."""
+    s, reg, v0 = setup
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"redis", "registry"}))))
+    add = ["models", "add", "--config", str(cfg), "--model", str(second_model), "--promote"]
+    assert kdsm_main(add) == 0
+    first = json.loads(capsys.readouterr().out)
+    v1 = first["added"]
+    assert (first["previous"], first["current"], first["promoted"]) == (v0, v1, True)
+    assert kdsm_main(add) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["previous"], again["current"], again["promoted"]) == (v0, v1, False)
+    assert reg.pointers() == {"current": v1, "previous": v0}
+    assert reg.get(v1)["status"] == "promoted"  # re-adding did not reset the serving version's metadata
+    assert kdsm_main(["models", "rollback", "--config", str(cfg)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rolled_back": v1, "current": v0}

@@ -21,7 +21,8 @@ from kafka import KafkaConsumer, TopicPartition
 from stream_support import create_topics, event, make_settings, produce_paced
 
 from offline_train.detector import KDSM
-from streamer.thresholds import ThresholdStore, connect
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def _wait_log(path, needle: str, count: int, timeout: float = 40.0) -> bool:
 
 
 def _start(cfg, model_dir, log):
-    return subprocess.Popen([sys.executable, "-m", "streamer.cli", "stream", "--config", cfg, "--model", model_dir],
+    return subprocess.Popen([sys.executable, "-m", "streamer", "stream", "--config", cfg, "--model", model_dir],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from streamer import local_services
 from streamer.config import Settings
-from streamer.demo import run_demo
+from streamer.dev import local_services
+from streamer.dev.demo import run_demo
 
 pytestmark = pytest.mark.integration
 

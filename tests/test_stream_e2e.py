@@ -21,7 +21,7 @@ from stream_support import (
 )
 
 from offline_train.detector import KDSM
-from streamer.alerts import alert_id
+from streamer.pipeline.alerts import alert_id
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ from kafka import KafkaProducer
 from stream_support import StreamerThread, create_topics, event, make_settings, read_topic, wait_for
 
 from offline_train.detector import KDSM
-from streamer.thresholds import ThresholdStore, connect
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 

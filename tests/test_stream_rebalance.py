@@ -23,7 +23,8 @@ from stream_support import create_topics, event, make_settings, produce_paced
 from test_stream_crash import TopicReader, _start, _wait_log
 
 from offline_train.detector import KDSM
-from streamer.thresholds import ThresholdStore, connect
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 

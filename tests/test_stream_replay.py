@@ -11,7 +11,7 @@ import yaml
 from stream_support import create_topics, make_settings, read_topic
 
 from offline_train.data import write_parquet
-from streamer.cli import main as kdsm
+from streamer.ops.cli import main as kdsm
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,13 @@ from conftest import make_blobs
 
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
-from streamer.archive import ArchiveSink, closed_files
-from streamer.cli import main
 from streamer.config import Settings
-from streamer.ops_config import ArchiveConfig
-from streamer.threshold_report import alert_rates
-from streamer.thresholds import ThresholdStore, connect
+from streamer.lifecycle.archive import ArchiveSink, closed_files
+from streamer.lifecycle.config import ArchiveConfig
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
+from streamer.ops.cli import main
+from streamer.ops.threshold_report import alert_rates
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -108,7 +109,7 @@ def test_report_rates_match_the_archive_and_follow_a_redis_override(tmp_path, mo
 
 
 def test_table_output_and_redis_down_falls_back_to_the_artifact(tmp_path, model, tiny_model_dir, capsys):
-    from streamer.local_services import free_port
+    from streamer.dev.local_services import free_port
 
     _, _, parts = _window(tmp_path, model)
     root = _archive(tmp_path, model, parts)
@@ -167,7 +168,7 @@ def test_alert_rates_edges():
 
 
 def test_default_model_is_the_registry_current_version(tmp_path, model, tiny_model_dir, redis_url, unique, capsys):
-    from streamer.registry import ModelRegistry
+    from streamer.lifecycle.registry import ModelRegistry
 
     _, _, parts = _window(tmp_path, model)
     root = _archive(tmp_path, model, parts)
@@ -184,3 +185,28 @@ def test_default_model_is_the_registry_current_version(tmp_path, model, tiny_mod
     reg.promote(version, reason="test", force=True)
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["version"] == version == model.version_
+
+
+def test_one_expected_rate_per_threshold_and_unresolvable_quantiles_are_flagged():
+    """The same threshold showed two "expected" rates (1 - q in one table, the calibration count in the other)."""
+    from offline_train.calibrate import Calibration
+    from streamer.ops.threshold_report import Window, build_report, format_table
+
+    rng = np.random.default_rng(0)
+    cal = Calibration.fit(rng.gamma(2.0, 1.0, 500), {"warning": 0.99, "critical": 0.999})
+    model = SimpleNamespace(version_="v-test", calibration_=cal)
+    window = Window(scores=rng.gamma(2.0, 1.0, 4000), files=1, rows_read=4000, first=None, last=None,
+                    versions={"v-test": 4000}, rescored=False)
+    rep = build_report(model, window, dict(cal.thresholds), "artifact")
+    rows = {r["severity"]: r for r in rep.thresholds}
+    cands = {c["quantile"]: c for c in rep.candidates}
+    assert cands[0.99]["score"] == pytest.approx(rows["warning"]["score"])
+    assert cands[0.99]["expected_rate"] == rows["warning"]["expected_rate"]  # one rate for one threshold
+    assert cands[0.99]["expected_rate"] == pytest.approx(np.mean(cal.scores >= cal.thresholds["warning"]))
+    assert cands[0.99]["nominal_rate"] == pytest.approx(0.01)
+    # 500 calibration scores resolve 1 - q >= 1/500 only
+    assert cands[0.99]["resolvable"] and cands[0.995]["resolvable"]
+    assert not cands[0.999]["resolvable"] and not cands[0.9999]["resolvable"]
+    text = format_table(rep)
+    assert "q=0.9999 needs at least 10000 calibration scores, the artifact has 500" in text
+    assert "would alert" in text and "not the alerts the streamer sent" in text

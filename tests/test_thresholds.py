@@ -21,9 +21,10 @@ from stream_support import (
 )
 
 from offline_train.detector import KDSM
-from streamer import local_services
-from streamer.cli import main as kdsm
-from streamer.thresholds import LiveThresholds, ThresholdStore, connect
+from streamer.dev import local_services
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import LiveThresholds, ThresholdStore
+from streamer.ops.cli import main as kdsm
 
 pytestmark = pytest.mark.integration
 
@@ -165,8 +166,8 @@ def test_thresholds_cli_follows_the_registry(redis_url, tiny_model_dir, tmp_path
     """Without --model, `kdsm thresholds` acts on the registry's current version, not a stale stream.model."""
     import json as _json
 
-    from streamer.cli import main
-    from streamer.registry import LocalArtifactStore, ModelRegistry
+    from streamer.lifecycle.registry import LocalArtifactStore, ModelRegistry
+    from streamer.ops.cli import main
 
     monkeypatch.setenv("KDSM_REDIS__URL", redis_url)
     monkeypatch.setenv("KDSM_REDIS__KEY_PREFIX", f"reg{unique}:")
@@ -183,3 +184,20 @@ def test_thresholds_cli_follows_the_registry(redis_url, tiny_model_dir, tmp_path
     assert main(["thresholds", "show"]) == 0
     shown = _json.loads(capsys.readouterr().out)
     assert shown["version"] == version
+
+
+def test_cli_refuses_a_negative_score_and_a_critical_below_warning(tmp_path, capsys, redis_url, redis_client, unique,
+                                                                    tiny_model_dir, model):
+    prefix = f"kdsm-test-{unique}:"
+    base = ["--model", str(tiny_model_dir), "--config", _config(tmp_path, redis_url, prefix)]
+    assert kdsm(["thresholds", "set", *base, "--severity", "warning", "--score", "-5"]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and "negative" in err and len(err.strip().splitlines()) == 1
+    below = model.thresholds_["warning"] * 0.5
+    assert kdsm(["thresholds", "set", *base, "--severity", "critical", "--score", str(below)]) == 2
+    err = capsys.readouterr().err
+    assert "critical" in err and "below warning" in err
+    # a warning above the critical threshold is the same mistake from the other side
+    assert kdsm(["thresholds", "set", *base, "--severity", "warning", "--score", str(model.thresholds_["critical"] * 2)]) == 2
+    assert redis_client.hgetall(f"{prefix}thresholds:{model.version_}") == {}  # nothing reached the streamers
+    assert kdsm(["thresholds", "set", *base, "--severity", "critical", "--score", str(model.thresholds_["critical"] * 2)]) == 0

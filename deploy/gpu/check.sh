@@ -29,7 +29,7 @@ kdsm bench train --out "$out/bench-train.json" 2>&1 | tee "$out/bench-train.log"
 
 step "train cardio (fast profile)"
 start=$SECONDS
-kdsm train --data offline_train/data/cardio.parquet --out /tmp/gpu-check-model --profile fast 2>&1 \
+kdsm train --data offline_train/bundled/cardio.parquet --out /tmp/gpu-check-model --force --profile fast 2>&1 \
     | tail -8 | tee "$out/train-cardio.log"
 echo "wall $((SECONDS - start)) s" | tee -a "$out/train-cardio.log"
 

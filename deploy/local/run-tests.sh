@@ -6,12 +6,12 @@ cd "$(dirname "$0")/../.."
 bash deploy/local/setup.sh
 
 state=$(mktemp -d -t kdsm-test-services.XXXXXX)
-kport=$(python3 -c "from streamer.local_services import free_port; print(free_port())")
-rport=$(python3 -c "from streamer.local_services import free_port; print(free_port())")
+kport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
+rport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
 export KDSM_LOCAL_STATE="$state"
-cleanup() { python3 -m streamer.local_services stop --kafka-port "$kport" --redis-port "$rport" >/dev/null 2>&1 || true; rm -rf "$state"; }
+cleanup() { python3 -m streamer.dev.local_services stop --kafka-port "$kport" --redis-port "$rport" >/dev/null 2>&1 || true; rm -rf "$state"; }
 trap cleanup EXIT
-python3 -m streamer.local_services start --kafka-port "$kport" --redis-port "$rport"
+python3 -m streamer.dev.local_services start --kafka-port "$kport" --redis-port "$rport"
 export KDSM_TEST_KAFKA="127.0.0.1:$kport" KDSM_TEST_REDIS="redis://127.0.0.1:$rport/0"
 
 python3 -m pytest "$@"

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 kport="${KAFKA_PORT:-19092}"
 rport="${REDIS_PORT:-16379}"
-if ! python3 -m streamer.local_services start --kafka-port "$kport" --redis-port "$rport"; then
+if ! python3 -m streamer.dev.local_services start --kafka-port "$kport" --redis-port "$rport"; then
   echo "start.sh: not started. To use other ports: KAFKA_PORT=29092 REDIS_PORT=26379 bash deploy/local/start.sh" >&2
   echo "start.sh: (then KDSM_KAFKA__BOOTSTRAP=127.0.0.1:29092 KDSM_REDIS__URL=redis://127.0.0.1:26379/0 for kdsm)" >&2
   exit 1

@@ -2,4 +2,4 @@
 # Stop the dev broker and Redis started by start.sh (only ours: found by pid file). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-exec python3 -m streamer.local_services stop --kafka-port "${KAFKA_PORT:-19092}" --redis-port "${REDIS_PORT:-16379}"
+exec python3 -m streamer.dev.local_services stop --kafka-port "${KAFKA_PORT:-19092}" --redis-port "${REDIS_PORT:-16379}"

@@ -18,9 +18,8 @@ import time
 
 import pyarrow as pa
 
-from offline_train.data import _dataset, resolve_paths
-
-from .kafka_clients import make_producer
+from offline_train.data import read_table
+from streamer.pipeline.kafka_clients import make_producer
 
 
 def events_from_table(table: pa.Table, id_field: str = "id", ts_field: str = "ts", label_column: str | None = "label",
@@ -43,8 +42,7 @@ def _dumps(r: dict) -> bytes:
 def replay(settings, data, topic: str, rate: float | None = None, limit: int | None = None, repeat: int = 1,
            log=print) -> dict:
     """Send the rows of ``data`` to ``topic`` (``repeat`` times), at ``rate`` events/s if given; returns counts."""
-    files = resolve_paths(data)
-    table = _dataset(files).to_table()
+    table = read_table(data)
     ts_field = settings.stream.ts_field
     stamp = ts_field not in table.column_names
     events = events_from_table(table, settings.stream.id_field, ts_field, settings.data.label_column)

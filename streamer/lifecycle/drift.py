@@ -25,8 +25,8 @@ A drift event goes to the Redis stream ``<prefix>drift:events``, to the
 Kafka topic ``drift.kafka_topic`` and, with ``drift.request_retrain``, to the
 retrain request stream that ``kdsm retrain --watch`` consumes.
 
->>> from streamer.ops_config import DriftConfig
->>> from streamer.archive import example_batch
+>>> from streamer.lifecycle.config import DriftConfig
+>>> from streamer.lifecycle.archive import example_batch
 >>> sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50))
 >>> b = example_batch(60)
 >>> b.severities = np.array(["warning"] * 60)  # every row alerts: far above 1 %
@@ -46,17 +46,14 @@ from collections import deque
 from collections.abc import Callable
 
 import numpy as np
-from prometheus_client import Counter
 from river import drift as river_drift
 
-from .ops_config import DriftConfig
-from .registry import Keys
+from .config import DriftConfig
+from .control import Keys
+from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.drift")
 
-DRIFT_EVENTS = Counter("kdsm_drift_events", "Drift events published", ["detector", "signal"])
-DRIFT_SUPPRESSED = Counter("kdsm_drift_suppressed", "Drift confirmations not published (cooldown)", ["scope"])
-PUBLISH_ERRORS = Counter("kdsm_drift_publish_errors", "Drift event publications that failed", ["target"])
 
 
 def make_detector(cfg: DriftConfig):
@@ -116,8 +113,9 @@ class DriftSink:
 
     def __init__(self, cfg: DriftConfig, *, redis=None, keys: Keys | None = None, producer=None, producer_factory=None,
                  calibrated_rate: Callable[[str, dict], float | None] | None = None, clock=time.time,
-                 instance: str | None = None):
+                 instance: str | None = None, metrics: LifecycleMetrics | None = None):
         self.cfg = cfg
+        self.metrics = metrics or LifecycleMetrics()
         self.redis = redis
         self.keys = keys or Keys("kdsm:")
         self.producer = producer
@@ -228,18 +226,19 @@ class DriftSink:
     def _confirm(self, batch, signal: str) -> dict | None:
         now = self.clock()
         if now < self.cooldown_until:
-            DRIFT_SUPPRESSED.labels("local").inc()
+            self.metrics.drift_suppressed.labels("local").inc()
             return None
         self.cooldown_until = now + self.cfg.cooldown_s
         if self.redis is not None and self.cfg.cooldown_s > 0:
             try:
                 ok = self.redis.set(self.keys.drift_cooldown, self.instance, nx=True, px=int(self.cfg.cooldown_s * 1000))
             except Exception as e:  # Redis down: fall back to the local cooldown only
-                log.warning("drift: cannot take the fleet cooldown key: %s", e)
+                log.warning({"event": "drift_cooldown_key_failed", "error": str(e)})
                 ok = True
             if not ok:
-                DRIFT_SUPPRESSED.labels("fleet").inc()
-                log.info("drift confirmed on %s but another streamer already reported it (fleet cooldown)", batch.model_version)
+                self.metrics.drift_suppressed.labels("fleet").inc()
+                log.info({"event": "drift_suppressed", "scope": "fleet", "version": batch.model_version,
+                          "why": "another streamer already reported it (fleet cooldown)"})
                 self._restart_detector()
                 return None
         event = {"id": uuid.uuid4().hex, "event": "drift", "detector": self.cfg.detector,
@@ -249,8 +248,9 @@ class DriftSink:
                                 **_detector_stats(self.detector), **self.last_test, **self.last_rate,
                                 "recent_mean_score": float(np.mean(batch.scores))}}
         self._publish(event)
-        DRIFT_EVENTS.labels(self.cfg.detector, signal).inc()
-        log.warning("drift detected on model %s (%s): %s", batch.model_version, signal, event["statistics"])
+        self.metrics.drift_events.labels(self.cfg.detector, signal).inc()
+        log.warning({"event": "drift_detected", "version": batch.model_version, "signal": signal,
+                     "statistics": event["statistics"]})
         self.events.append(event)
         self._restart_detector()
         return event
@@ -279,8 +279,8 @@ class DriftSink:
                               maxlen=self.cfg.stream_maxlen, approximate=True)
                 pipe.execute()
             except Exception as e:
-                PUBLISH_ERRORS.labels("redis").inc()
-                log.error("drift: cannot write the drift event to Redis: %s", e)
+                self.metrics.drift_publish_errors.labels("redis").inc()
+                log.error({"event": "drift_publish_failed", "target": "redis", "error": str(e)})
         if self.cfg.kafka_topic and (self.producer is not None or self.producer_factory is not None):
             try:
                 if self.producer is None:
@@ -288,5 +288,5 @@ class DriftSink:
                 self.producer.send(self.cfg.kafka_topic, key=event["model_version"].encode(), value=body.encode())
                 self.producer.flush(timeout=10)
             except Exception as e:
-                PUBLISH_ERRORS.labels("kafka").inc()
-                log.error("drift: cannot publish the drift event to Kafka: %s", e)
+                self.metrics.drift_publish_errors.labels("kafka").inc()
+                log.error({"event": "drift_publish_failed", "target": "kafka", "error": str(e)})

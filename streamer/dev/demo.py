@@ -3,7 +3,7 @@
 1. starts a local Tansu broker and a Redis server on free loopback ports;
 2. trains K-DSM (with the EMA teacher: the data is contaminated) on the
    bundled ADBench cardio data (1831 rows, 21 features, 9.6 % anomalies;
-   ``offline_train/data/cardio.parquet``), writing the artifact and its report;
+   ``offline_train/bundled/cardio.parquet``), writing the artifact and its report;
 3. runs the streamer and replays the same rows, shuffled, as a live stream
    (labels are never sent; the demo keeps them to say which alerts were real
    anomalies); halfway through it lowers the warning threshold in Redis to the
@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-DATA = Path(__file__).resolve().parents[1] / "offline_train" / "data" / "cardio.parquet"
+from offline_train.data import BUNDLED_CARDIO
+
+DATA = BUNDLED_CARDIO
 
 
 def _alert_line(a: dict, label: int | None) -> str:
@@ -42,13 +44,13 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
     from kafka import KafkaConsumer, TopicPartition
 
     from offline_train.job import train_job
+    from streamer.lifecycle.thresholds import ThresholdOps
+    from streamer.pipeline.kafka_clients import ensure_topics, make_producer
+    from streamer.pipeline.logs import setup_logging
+    from streamer.service import build_app
 
     from . import local_services
-    from .kafka_clients import ensure_topics, make_producer
-    from .logs import setup_logging
     from .replay import events_from_table
-    from .service import build_app
-    from .thresholds import ThresholdOps
 
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="kdsm-demo-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,8 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         s.model.width, s.model.depth = 128, 3  # small enough to train in seconds on a laptop CPU
         s.train.steps = steps
         out(f"training K-DSM-EMA on {DATA.name} ({steps} steps) ...")
-        summary = train_job(s, DATA, work / "model", progress=False, log=lambda m: out("  " + m))
+        summary = train_job(s, DATA, work / "model", progress=False, log=lambda m: out("  " + m),
+                            force=True)  # the demo owns its workdir: a re-run replaces its model
         table = pq.read_table(DATA)
         labels = table.column("label").to_pylist()
         ensure_topics(s.kafka, [s.kafka.events_topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])

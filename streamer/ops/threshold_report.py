@@ -30,9 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .archive import closed_files
-from .registry import serving_model_dir
-from .thresholds import ThresholdError
+from streamer.lifecycle.archive import closed_files
+from streamer.lifecycle.registry import serving_model_dir
+from streamer.lifecycle.thresholds import ThresholdError
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -122,12 +122,12 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     """Thresholds in force for ``model.version_``: Redis overrides over the artifact's; the artifact's if Redis is down."""
     import redis
 
-    from .thresholds import ThresholdStore, connect, effective_thresholds
+    from streamer.lifecycle.control import redis_client
+    from streamer.lifecycle.thresholds import ThresholdStore, effective_thresholds
 
     r = settings.redis
     try:
-        client = connect(r.url, r.password.get_secret_value() if r.password else None, socket_timeout=3.0)
-        over = ThresholdStore(client, r.key_prefix).overrides(model.version_)
+        over = ThresholdStore(redis_client(r), r.key_prefix).overrides(model.version_)
     except (redis.RedisError, OSError) as e:
         log.warning({"event": "report_redis_unreachable", "error": str(e), "action": "using the artifact's thresholds"})
         return dict(model.thresholds_), "artifact (Redis unreachable)"
@@ -141,26 +141,58 @@ class Report:
     window: dict
     thresholds: list[dict] = field(default_factory=list)
     candidates: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a column means; quantiles the calibration cannot resolve
     png: str | None = None
+
+
+WOULD_ALERT = ("events of the window at or above the threshold, recomputed from the archived scores: what this "
+               "threshold would alert on, not the alerts the streamer sent (those followed the thresholds in force then)")
+
+
+def expected_rate(cal, t: float) -> float:
+    """The calibrated alert rate of threshold ``t``: the fraction of calibration scores at or above it.
+
+    One definition for every table (the window rate is the same count on the window's scores).
+    """
+    return float(alert_rates(cal.scores, {"t": t})["t"])
+
+
+def resolvable(cal, q: float) -> bool:
+    """Whether ``n`` calibration scores can tell quantile ``q`` apart from the largest score (``(1 - q) * n >= 1``)."""
+    return (1 - q) * len(cal.scores) >= 1
 
 
 def build_report(model, window: Window, thresholds: dict[str, float], source: str) -> Report:
     cal = model.calibration_
+    n_cal = len(cal.scores)
     rates = alert_rates(window.scores, thresholds)
     rows = [{"severity": sev, "score": t, "calibration_quantile": round(cal.quantile_of(t), 6),
-             "expected_rate": round(1 - cal.quantile_of(t), 6), "window_rate": round(rates[sev], 6),
-             "window_alerts": int(round(rates[sev] * len(window.scores)))}
+             "expected_rate": round(expected_rate(cal, t), 6), "window_rate": round(rates[sev], 6),
+             "window_alerts": int(round(rates[sev] * len(window.scores))),
+             "resolvable": bool(expected_rate(cal, t) > 0)}
             for sev, t in sorted(thresholds.items(), key=lambda kv: kv[1])]
     cands = []
     for q in CANDIDATE_QUANTILES:
         t = cal.threshold_for_quantile(q)
-        cands.append({"quantile": q, "score": t, "expected_rate": round(1 - q, 6),
+        cands.append({"quantile": q, "score": t, "expected_rate": round(expected_rate(cal, t), 6),
+                      "nominal_rate": round(1 - q, 6), "resolvable": resolvable(cal, q),
                       "window_rate": round(alert_rates(window.scores, {"x": t})["x"], 6)})
     s = window.scores
     win = {"rows": int(len(s)), "files": window.files, "first": window.first, "last": window.last,
            "rescored": window.rescored, "versions_in_archive": window.versions,
            "score_p50": float(np.quantile(s, 0.5)), "score_p99": float(np.quantile(s, 0.99)), "score_max": float(s.max())}
-    return Report(version=model.version_, thresholds_source=source, window=win, thresholds=rows, candidates=cands)
+    notes = [f"window_alerts: {WOULD_ALERT}"]
+    for c in cands:
+        if not c["resolvable"]:
+            notes.append(f"q={c['quantile']} needs at least {math.ceil(round(1 / (1 - c['quantile']), 6))} calibration scores, the "
+                         f"artifact has {n_cal}: its threshold is about the largest calibration score, and its expected "
+                         "rate is not a measured one")
+    for r in rows:
+        if not r["resolvable"]:
+            notes.append(f"{r['severity']} ({r['score']:.5g}) is above every calibration score: its expected rate is "
+                         f"below 1/{n_cal}, not measurable with this calibration set")
+    return Report(version=model.version_, thresholds_source=source, window=win, thresholds=rows, candidates=cands,
+                  notes=notes)
 
 
 def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out: str | Path) -> Path:
@@ -222,38 +254,22 @@ def format_table(report: Report) -> str:
     w = report.window
     lines = [f"model {report.version}; window {w['rows']} events from {w['files']} file(s), {w['first']} .. {w['last']}"
              f"{' (rescored)' if w['rescored'] else ''}; thresholds from {report.thresholds_source}",
-             f"{'severity':<10} {'threshold':>12} {'cal. quantile':>14} {'expected rate':>14} {'window rate':>12} {'alerts':>8}"]
+             f"{'severity':<10} {'threshold':>12} {'cal. quantile':>14} {'expected rate':>14} {'window rate':>12} "
+             f"{'would alert':>12}"]
     for r in report.thresholds:
         lines.append(f"{r['severity']:<10} {r['score']:>12.5g} {r['calibration_quantile']:>14.4f} "
-                     f"{100 * r['expected_rate']:>13.3f}% {100 * r['window_rate']:>11.3f}% {r['window_alerts']:>8d}")
+                     f"{100 * r['expected_rate']:>13.3f}% {100 * r['window_rate']:>11.3f}% {r['window_alerts']:>12d}")
     lines.append("candidates (kdsm thresholds set --severity S --quantile Q):")
     for c in report.candidates:
         lines.append(f"  q={c['quantile']:<7} threshold {c['score']:>10.5g}  expected {100 * c['expected_rate']:.3f}%"
-                     f"  window {100 * c['window_rate']:.3f}%")
+                     f"  window {100 * c['window_rate']:.3f}%" + ("" if c["resolvable"] else "  (not resolvable, see note)"))
+    lines += [f"note: {n}" for n in report.notes]
     if report.png:
         lines.append(f"plot: {report.png}")
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- CLI
-def register_action(tsub, settings_cls) -> None:
-    """Adds ``report`` to the ``kdsm thresholds`` actions."""
-    q = tsub.add_parser("report", help="PNG of the recent score distribution with the thresholds and their alert rates",
-                        description="Reads the archive (archive.dir), keeps the rows scored by the model's version "
-                                    "(or --rescore), and shows what each threshold, and a few candidate quantiles, "
-                                    "would alert on that window.")
-    q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
-                                   "registry.enabled, else stream.model)")
-    q.add_argument("--config", help="YAML config file")
-    q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
-    q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
-    q.add_argument("--max-rows", type=int, default=200_000, help="newest rows used")
-    q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
-    q.add_argument("--out", default="thresholds-report.png", help="PNG to write")
-    q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    q.set_defaults(func=lambda a: run(a, settings_cls))
-
-
+# ----------------------------------------------------------------------------- CLI (parser: streamer.ops.commands)
 def run(a, settings_cls) -> int:
     from offline_train.config import load_settings
     from offline_train.detector import KDSM

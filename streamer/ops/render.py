@@ -3,8 +3,7 @@
 One walk over the settings classes serves ``configs/default.yaml`` (generated,
 so it cannot drift from the code), ``kdsm config show`` and the configuration
 reference in docs/operations.md. Comments come from each field's
-``description``; the few offline fields without one get theirs from
-``FALLBACK_HELP``.
+``description`` (``Field(description=...)`` in the config classes).
 
 >>> from streamer.config import Settings
 >>> keys = {k.path: k for k in iter_keys(Settings)}
@@ -23,53 +22,12 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
-MASK = "***"
-
-# Help for the fields whose pydantic definition carries no description (DESIGN section 3, river docs).
-FALLBACK_HELP: dict[str, str] = {
-    "data.id_column": "Parquet column holding the row id (kept out of the features)",
-    "data.timestamp_column": "Parquet column holding the event time (kept out of the features)",
-    "sigma.mode": "kurtosis = per-feature noise scale from the feature's kurtosis; global = one scale for all",
-    "sigma.base": "base noise scale sigma_0 in standardised units",
-    "sigma.c": "sigma_j = base * (1 + c * (kappa_j - 3)), then clipped (see clip)",
-    "sigma.bins": "equal-width histogram bins of the (rearranged) kurtosis estimate",
-    "model.width": "hidden width of the ResNet-MLP score network (paper: 512)",
-    "model.depth": "residual blocks of the score network (paper: 6)",
-    "model.dropout_hidden": "dropout after the ReLU inside each residual block",
-    "model.dropout_residual": "dropout after the second Linear of each block, before the skip add",
-    "ema.enabled": "EMA-teacher filtering of likely anomalies from training batches (K-DSM-EMA)",
-    "ema.decay": "decay of the EMA teacher's weights",
-    "ema.percentile": "rows of each batch the teacher scores above this percentile are left out of the step",
-    "train.profile": "fast = 256-wide net, 500 epochs within 2000..4500 steps (CPU); paper = 512 wide, 500 epochs",
-    "train.epochs": "epochs over the training rows; null = from the profile",
-    "train.min_steps": "lower bound on an epoch budget; null = the profile's (fast: 2000)",
-    "train.max_steps": "upper bound on an epoch budget; null = the profile's (fast: 4500)",
-    "train.steps": "optimiser steps; null = from the profile (set it to override epochs)",
-    "train.batch_size": "rows per optimiser step",
-    "train.noise_copies": "noisy copies of each row per step",
-    "train.lr": "Adam learning rate",
-    "train.weight_decay": "Adam weight decay (L2)",
-    "train.seed": "seed of sampling, noise and initialisation",
-    "calibration.severities": "severity name -> quantile of the calibration scores that is its threshold",
-    "drift.adwin.clock": "ADWIN checks for a change every this many updates",
-    "drift.adwin.grace_period": "ADWIN updates before the first check",
-    "drift.adwin.min_window_length": "smallest ADWIN sub-window compared",
-    "drift.kswin.alpha": "KSWIN significance level of the KS test",
-    "drift.kswin.window_size": "KSWIN sliding window length",
-    "drift.kswin.stat_size": "KSWIN size of the recent sample compared with the window",
-    "drift.kswin.seed": "KSWIN sampling seed",
-    "drift.page_hinkley.min_instances": "Page-Hinkley updates before the first check",
-    "drift.page_hinkley.delta": "Page-Hinkley tolerated change magnitude",
-    "drift.page_hinkley.threshold": "Page-Hinkley detection threshold (lambda)",
-    "drift.page_hinkley.alpha": "Page-Hinkley forgetting factor",
-    "drift.page_hinkley.mode": "Page-Hinkley direction of change watched: up, down or both",
-}
+from streamer.lifecycle.control import MASK, mask_url
 
 
 @dataclass(frozen=True)
@@ -118,22 +76,8 @@ def iter_keys(cls: type[BaseModel], prefix: str = "") -> Iterator[Key]:
             yield from iter_keys(field.annotation, path + ".")
             continue
         yield Key(path=path, env="KDSM_" + path.replace(".", "__").upper(), default=_default(field),
-                  help=field.description or FALLBACK_HELP.get(path, ""), secret=_is_secret(field.annotation),
+                  help=field.description or "", secret=_is_secret(field.annotation),
                   type=_type_name(field.annotation))
-
-
-def mask_url(value: str) -> str:
-    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
-    try:
-        parts = urlsplit(value)
-        if not parts.scheme or parts.password is None:
-            return value
-    except ValueError:
-        return value
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _plain(value: Any, secret: bool, mask: bool) -> Any:
@@ -178,7 +122,7 @@ def _render(obj: BaseModel, cls, prefix: str, depth: int, lines: list[str], mask
             lines.append(f"{pad}{name}:")
             _render(value, field.annotation, path + ".", depth + 1, lines, mask, comments)
             continue
-        help_ = field.description or FALLBACK_HELP.get(path, "")
+        help_ = field.description or ""
         if comments and help_:
             lines.append(f"{pad}# {help_}")
         lines.append(f"{pad}{name}: {_scalar(_plain(value, _is_secret(field.annotation), mask))}")
@@ -197,7 +141,7 @@ def reference_table(cls: type[BaseModel]) -> str:
 
 DEFAULT_HEADER = """\
 # kdsm-stream: every setting with its default (GENERATED, do not edit by hand).
-# Regenerate: python -m streamer.config_render default > configs/default.yaml
+# Regenerate: python -m streamer.ops.render default > configs/default.yaml
 #
 # Precedence, lowest first: these defaults < a YAML file (--config FILE)
 #   < environment KDSM_<SECTION>__<KEY> (e.g. KDSM_KAFKA__BOOTSTRAP=kafka:9092)
@@ -212,7 +156,7 @@ def default_yaml(settings_cls) -> str:
     return DEFAULT_HEADER + render_yaml(settings_cls.model_construct(), mask=False)
 
 
-REF_BEGIN = "<!-- BEGIN CONFIG REFERENCE (generated: python -m streamer.config_render docs) -->"
+REF_BEGIN = "<!-- BEGIN CONFIG REFERENCE (generated: python -m streamer.ops.render docs) -->"
 REF_END = "<!-- END CONFIG REFERENCE -->"
 
 
@@ -233,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    from .config import Settings
+    from streamer.config import Settings
 
-    p = argparse.ArgumentParser(prog="python -m streamer.config_render",
+    p = argparse.ArgumentParser(prog="python -m streamer.ops.render",
                                 description="print configs/default.yaml or the Markdown configuration reference, "
                                             "or refresh the reference in docs/operations.md")
     p.add_argument("what", choices=["default", "reference", "docs"])

@@ -4,13 +4,13 @@ One iteration handles one micro-batch (``stream.max_batch`` records or
 ``stream.max_wait_ms``):
 
 1. poll, then ask the model provider for the current model (never mid-batch);
-2. decode the raw values (``streamer.decode``): valid rows to a float matrix,
+2. decode the raw values (``streamer.pipeline.decode``): valid rows to a float matrix,
    the rest to dead letters with a reason code;
-3. score the valid rows in one forward pass (``streamer.scorer``) against the
-   live thresholds of that model version (``streamer.thresholds``);
+3. score the valid rows in one forward pass (``streamer.pipeline.scorer``) against the
+   live thresholds of that model version (``streamer.lifecycle.thresholds``);
 4. publish alerts (only rows at/above the lowest threshold) and dead letters;
 5. commit offsets once every message of the batch is acknowledged
-   (``streamer.checkpoint`` owns the order), then hand the batch to sinks.
+   (``streamer.pipeline.checkpoint`` owns the order), then hand the batch to sinks.
 
 Step 3 runs on a scoring thread (torch releases the GIL) while the main
 thread polls and decodes the next batch, so fetching, JSON parsing and the
@@ -46,7 +46,8 @@ import logging
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from kafka import AsyncConsumerRebalanceListener
@@ -90,6 +91,18 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
 
 
+@dataclass
+class Pending:
+    """A batch decoded and handed to the scoring thread, not yet published (at most one at a time)."""
+
+    records: RecordBatch
+    model: object  # the KDSM version that scores every row of this batch
+    thresholds: dict[str, float]  # the live thresholds of that version when the batch was taken
+    decoded: Decoded
+    scores: Future  # -> ScoreResult, from the scoring thread
+    t0: float  # perf_counter at decode start, for kdsm_batch_seconds
+
+
 class StreamApp:
     """Run with ``run()``; stop from any thread with ``stop()`` (or SIGTERM/SIGINT via ``install_signal_handlers``)."""
 
@@ -100,24 +113,28 @@ class StreamApp:
         self.metrics = metrics or StreamMetrics()
         self.thresholds = thresholds  # LiveThresholds or None (artifact thresholds)
         sc = settings.stream
-        self.scorer = Scorer(top_features=sc.top_features, threads=sc.threads)
+        self.scorer = Scorer(top_features=sc.top_features)  # torch threads are the process's (streamer.service)
         self._stop = threading.Event()
         self._decoder: Decoder | None = None
         self._decoder_version: str | None = None
         self.counts = {"events": 0, "scored": 0, "dead_letters": 0, "alerts": 0, "batches": 0}
         self.checkpoint: Checkpointer | None = None
-        self._pending = None  # (record batch, model, thresholds, decoded, scoring future, t0): scored, not yet published
+        self._pending: Pending | None = None
         self._gathered: list = []  # records of the batch being polled; a revocation finishes them too
         self._closing = False
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
+        self._looping = False  # False while the clients reach the broker: a signal then interrupts the wait
 
     def stop(self) -> None:
         self._stop.set()
 
     def install_signal_handlers(self) -> None:
         def handler(signum, frame):
+            if not self._looping:  # still reaching the broker: nothing to drain, stop waiting now
+                log.info({"event": "signal", "signal": signal.Signals(signum).name, "action": "stop starting"})
+                raise KeyboardInterrupt
             log.info({"event": "signal", "signal": signal.Signals(signum).name, "action": "finish batch, drain, close"})
             self.stop()
         signal.signal(signal.SIGTERM, handler)
@@ -136,6 +153,7 @@ class StreamApp:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
             self._use_model(self.provider.current())  # metrics and the log name the model before the first event
+            self._looping = True
             while not self._stop.is_set():
                 self.metrics.last_loop = time.time()
                 # While a batch is being scored or awaits its acks, poll briefly so it is published and
@@ -205,18 +223,18 @@ class StreamApp:
         log.info({"event": "model", "version": model.version_, "schema_hash": model.schema_hash_,
                   "device": str(model.device_), "features": len(model.feature_names_)})
 
-    def _prepare(self, rb: RecordBatch, model) -> tuple:
-        """Decode now; score on the scoring thread. Returns what ``_publish`` needs."""
+    def _prepare(self, rb: RecordBatch, model) -> Pending:
+        """Decode now; score on the scoring thread."""
         t0 = time.perf_counter()
         thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
         dec = self._decoder.decode(rb.values)
-        return rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0
+        return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
 
     def _publish_pending(self) -> None:
         """Publish the batch being scored (if any); also called by the rebalance listener before it drains."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            self._publish(*pending)
+            self._publish(pending)
 
     def _publish_gathered(self) -> None:
         """Score and publish the records polled for the next batch (the rebalance listener, before a revocation)."""
@@ -225,11 +243,12 @@ class StreamApp:
             self._gathered.clear()
             model = self.provider.current()
             self._use_model(model)
-            self._publish(*self._prepare(rb, model))
+            self._publish(self._prepare(rb, model))
 
-    def _publish(self, rb: RecordBatch, model, thresholds, dec: Decoded, future, t0: float) -> None:
+    def _publish(self, p: Pending) -> None:
         k = self.settings.kafka
-        res = future.result()
+        rb, model, thresholds, dec, t0 = p.records, p.model, p.thresholds, p.decoded, p.t0
+        res: ScoreResult = p.scores.result()
         step = max(1, len(rb) // _LATENCY_SAMPLES)
         flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)

@@ -1,4 +1,4 @@
-"""Online subcommands of ``kdsm``: stream, replay, thresholds, demo. Registered by ``streamer.cli``."""
+"""Online subcommands of ``kdsm``: stream, replay, thresholds, demo. Registered by ``streamer.ops.cli``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
     p.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
     p.add_argument("--max-events", type=int, help="stop after this many events (default: run until SIGTERM/SIGINT)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                   help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _stream(a, settings_cls))
 
     p = sub.add_parser("replay", help="produce the rows of a Parquet file as JSON events (demos, benchmarks)",
@@ -41,7 +42,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                                        "registry.enabled, else stream.model)")
         q.add_argument("--config", help="YAML config file")
         if name == "set":
-            q.add_argument("--severity", required=True, help="severity name, e.g. warning or critical")
+            q.add_argument("--severity", required=True, metavar="{warning,critical,...}",
+                           help="one of the model's severities (calibration.severities; by default warning, critical)")
             g = q.add_mutually_exclusive_group(required=True)
             g.add_argument("--quantile", type=float, help="quantile of the artifact's calibration scores, e.g. 0.995")
             g.add_argument("--score", type=float, help="absolute anomaly score")
@@ -50,10 +52,20 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
         if name in ("set", "reset"):
             q.add_argument("--by", help="who makes the change, for the audit record (default: user@host)")
         q.set_defaults(func=lambda a: _thresholds(a, settings_cls))
-    from .threshold_report import (
-        register_action,  # `kdsm thresholds report` (streamer/threshold_report.py)
-    )
-    register_action(tsub, settings_cls)
+    q = tsub.add_parser("report", help="PNG of the recent score distribution with the thresholds and their alert rates",
+                        description="Reads the archive (archive.dir), keeps the rows scored by the model's version "
+                                    "(or --rescore), and shows what each threshold, and a few candidate quantiles, "
+                                    "would alert on that window.")
+    q.add_argument("--model", help="model artifact directory (default: the registry's current version when "
+                                   "registry.enabled, else stream.model)")
+    q.add_argument("--config", help="YAML config file")
+    q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
+    q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
+    q.add_argument("--max-rows", type=int, default=200_000, help="newest rows used")
+    q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
+    q.add_argument("--out", default="thresholds-report.png", help="PNG to write")
+    q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    q.set_defaults(func=lambda a: _report(a, settings_cls))
 
     p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
                        description="Starts a local Tansu broker and Redis, trains on the bundled cardio data, replays it as a "
@@ -73,19 +85,23 @@ def _settings(a, settings_cls):
 
 def _model_path(a, s) -> str:
     """--model, else the model the fleet serves (the registry's current version, else stream.model)."""
-    from .registry import serving_model_dir
+    from streamer.lifecycle.registry import serving_model_dir
 
     return a.model or serving_model_dir(s)
 
 
 def _stream(a, settings_cls) -> int:
-    from .checkpoint import DeliveryError
-    from .logs import setup_logging
-    from .service import run_stream
+    from streamer.pipeline.checkpoint import DeliveryError
+    from streamer.pipeline.logs import setup_logging
+    from streamer.service import configure_process, run_stream
 
     setup_logging(a.log_level)
     s = _settings(a, settings_cls)
-    # With registry.enabled the model may come from the registry alone (streamer.lifecycle checks).
+    configure_process(s)
+    from offline_train.model import resolve_device
+
+    resolve_device(s.stream.device)  # `cuda` without CUDA: one line now, not an artifact error later
+    # With registry.enabled the model may come from the registry alone (streamer.wiring checks).
     try:
         counts = run_stream(s, a.model or s.stream.model, max_events=a.max_events, signals=True)
     except DeliveryError as e:
@@ -97,7 +113,7 @@ def _stream(a, settings_cls) -> int:
 
 
 def _replay(a, settings_cls) -> int:
-    from .replay import replay
+    from streamer.dev.replay import replay
 
     s = _settings(a, settings_cls)
     replay(s, a.data, a.topic or s.kafka.events_topic, rate=a.rate, limit=a.limit, repeat=a.repeat)
@@ -106,8 +122,7 @@ def _replay(a, settings_cls) -> int:
 
 def _thresholds(a, settings_cls) -> int:
     from offline_train.detector import KDSM
-
-    from .thresholds import ThresholdOps
+    from streamer.lifecycle.thresholds import ThresholdOps
 
     s = _settings(a, settings_cls)
     ops = ThresholdOps.from_settings(s, KDSM.load(_model_path(a, s), device="cpu"))
@@ -122,8 +137,14 @@ def _thresholds(a, settings_cls) -> int:
     return 0
 
 
+def _report(a, settings_cls) -> int:
+    from .threshold_report import run
+
+    return run(a, settings_cls)
+
+
 def _demo(a, settings_cls) -> int:
-    from .demo import run_demo
+    from streamer.dev.demo import run_demo
 
     return run_demo(settings_cls, events=a.events, rate=a.rate, duration=a.duration, steps=a.steps,
                     workdir=a.workdir, metrics_port=a.metrics_port)

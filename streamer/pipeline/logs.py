@@ -37,3 +37,9 @@ def setup_logging(level: str = "INFO", stream=None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # kafka-python logs each failed connection attempt (dozens while a broker is down); the streamer reports
+    # what matters itself (kdsm events, one error line), so its library logs show only at DEBUG.
+    lib = logging.getLogger("kafka")
+    lib.handlers[:] = [handler]
+    lib.setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.CRITICAL)
+    lib.propagate = False

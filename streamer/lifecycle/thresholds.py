@@ -1,11 +1,11 @@
 """Live thresholds: artifact thresholds, overridden per model version and severity from Redis.
 
-Redis layout (``P`` = ``redis.key_prefix``, ``V`` = model version):
+Redis layout (``thresholds:*`` of ``streamer.lifecycle.control.Keys``, ``V`` = model version):
 
-- ``P thresholds:V`` hash: severity -> JSON ``{"score", "quantile", "set_by", "set_at"}``
-- ``P thresholds:V:audit`` list (newest first, last 1000 kept): JSON
+- ``thresholds(V)`` hash: severity -> JSON ``{"score", "quantile", "set_by", "set_at"}``
+- ``thresholds_audit(V)`` list (newest first, last 1000 kept): JSON
   ``{"action", "severity", "old", "new", "quantile", "by", "at"}``
-- channel ``P thresholds:changed``: the version whose thresholds changed
+- channel ``thresholds_channel``: the version whose thresholds changed
 
 The streamer reads them through ``LiveThresholds``: a background thread
 listens on the channel and re-reads every ``refresh_s`` as well (a missed
@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 import redis
+
+from .control import ChannelWatcher, Keys, connect, redis_client, require
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -55,23 +57,21 @@ def effective_thresholds(artifact: dict[str, float], overrides: dict[str, dict])
     return out
 
 
-def connect(url: str, password: str | None = None, socket_timeout: float = 0.5) -> redis.Redis:
-    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=socket_timeout,
-                                socket_connect_timeout=socket_timeout, health_check_interval=0)
-
-
 class ThresholdStore:
     """Reads and writes the overrides and their audit trail in Redis."""
 
     def __init__(self, client: redis.Redis, prefix: str = "kdsm:"):
-        self.client, self.prefix = client, prefix
+        self.client, self.keys = client, Keys(prefix)
 
     @property
     def channel(self) -> str:
-        return f"{self.prefix}thresholds:changed"
+        return self.keys.thresholds_channel
 
     def key(self, version: str) -> str:
-        return f"{self.prefix}thresholds:{version}"
+        return self.keys.thresholds(version)
+
+    def audit_key(self, version: str) -> str:
+        return self.keys.thresholds_audit(version)
 
     def overrides(self, version: str) -> dict[str, dict]:
         raw = self.client.hgetall(self.key(version))
@@ -86,7 +86,7 @@ class ThresholdStore:
         return out
 
     def audit(self, version: str, n: int = 20) -> list[dict]:
-        return [json.loads(x) for x in self.client.lrange(self.key(version) + ":audit", 0, n - 1)]
+        return [json.loads(x) for x in self.client.lrange(self.audit_key(version), 0, n - 1)]
 
     def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -94,8 +94,8 @@ class ThresholdStore:
         entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
         with self.client.pipeline(transaction=True) as p:
             p.hset(self.key(version), severity, json.dumps(rec))
-            p.lpush(self.key(version) + ":audit", json.dumps(entry))
-            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+            p.lpush(self.audit_key(version), json.dumps(entry))
+            p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
             p.publish(self.channel, version)
             p.execute()
         return entry
@@ -108,8 +108,8 @@ class ThresholdStore:
             if severities:
                 p.hdel(self.key(version), *severities)
             for e in entries:
-                p.lpush(self.key(version) + ":audit", json.dumps(e))
-            p.ltrim(self.key(version) + ":audit", 0, AUDIT_KEEP - 1)
+                p.lpush(self.audit_key(version), json.dumps(e))
+            p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
             p.publish(self.channel, version)
             p.execute()
         return entries
@@ -125,23 +125,25 @@ class LiveThresholds:
 
     def __init__(self, url: str, password: str | None = None, prefix: str = "kdsm:", refresh_s: float = 1.0,
                  socket_timeout: float = 0.5, metrics=None):
-        self.store = ThresholdStore(connect(url, password, socket_timeout), prefix)
+        # The scoring path: the short timeout bounds connecting too.
+        client = connect(url, password, timeout_s=socket_timeout, connect_timeout_s=socket_timeout)
+        self.store = ThresholdStore(client, prefix)
         self.refresh_s = refresh_s
         self.metrics = metrics
         self._artifact: dict[str, dict[str, float]] = {}
         self._cache: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._up: bool | None = None
-        self._thread = threading.Thread(target=self._run, name="kdsm-thresholds", daemon=True)
+        self._watcher = ChannelWatcher(client, self.store.channel, period_s=refresh_s, on_message=self._changed,
+                                       on_tick=self._refresh_all, on_error=self._set_down, wait_s=0.5,
+                                       retry_s=min(refresh_s, 1.0), name="kdsm-thresholds")
 
     def start(self) -> LiveThresholds:
-        self._thread.start()
+        self._watcher.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._watcher.stop()
 
     def get(self, model) -> dict[str, float]:
         v = model.version_
@@ -174,6 +176,17 @@ class LiveThresholds:
             for sev, t in new.items():
                 self.metrics.threshold.labels(version, sev).set(t)
 
+    def _changed(self, version: str) -> None:
+        if version in self._artifact:
+            self._refresh(version)
+
+    def _refresh_all(self) -> None:
+        for v in list(self._artifact):
+            self._refresh(v)
+
+    def _set_down(self, err: Exception) -> None:
+        self._set_up(False, err)
+
     def _set_up(self, up: bool, err: Exception | None = None) -> None:
         if up != self._up:
             if up:
@@ -185,36 +198,21 @@ class LiveThresholds:
         if self.metrics is not None:
             self.metrics.redis_up.set(1 if up else 0)
 
-    def _run(self) -> None:
-        pubsub = None
-        last = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
-                    pubsub.subscribe(self.store.channel)
-                msg = pubsub.get_message(timeout=min(self.refresh_s, 0.5))
-                due = time.monotonic() - last >= self.refresh_s
-                if msg is not None or due:
-                    last = time.monotonic()
-                    changed = msg["data"] if msg is not None else None
-                    for v in list(self._artifact):
-                        if due or v == changed:
-                            self._refresh(v)
-            except (redis.RedisError, OSError, ValueError) as e:
-                self._set_up(False, e)
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
-                        pass
-                    pubsub = None
-                self._stop.wait(min(self.refresh_s, 1.0))
-        if pubsub is not None:
-            try:
-                pubsub.close()
-            except Exception:  # noqa: BLE001
-                pass
+
+def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
+    """Severities keep the artifact's order (warning < critical): a more severe threshold below a milder one is refused.
+
+    >>> check_order({"warning": 1.0, "critical": 2.0}, {"warning": 1.5, "critical": 2.0})
+    >>> check_order({"warning": 1.0, "critical": 2.0}, {"warning": 2.5, "critical": 2.0})
+    Traceback (most recent call last):
+    ...
+    streamer.lifecycle.thresholds.ThresholdError: critical (2) would be below warning (2.5): a more severe threshold must not be lower
+    """
+    order = sorted(artifact, key=lambda s: artifact[s])
+    for milder, severer in zip(order, order[1:], strict=False):
+        if proposed[severer] < proposed[milder]:
+            raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
+                                 "a more severe threshold must not be lower")
 
 
 class ThresholdOps:
@@ -230,14 +228,7 @@ class ThresholdOps:
     @classmethod
     def from_settings(cls, s, model) -> ThresholdOps:
         r = s.redis
-        client = connect(r.url, r.password.get_secret_value() if r.password else None, socket_timeout=3.0)
-        try:
-            client.ping()
-        except (redis.RedisError, OSError) as e:
-            from .config_render import mask_url  # a password in the URL never reaches the terminal
-
-            raise ThresholdError(f"Redis at {mask_url(r.url)} is unreachable: {e}") from None
-        return cls(ThresholdStore(client, r.key_prefix), model)
+        return cls(ThresholdStore(require(redis_client(r), r), r.key_prefix), model)
 
     def _effective(self) -> tuple[dict[str, dict], dict[str, float]]:
         over = self.store.overrides(self.model.version_)
@@ -262,7 +253,10 @@ class ThresholdOps:
             score = self.model.calibration_.threshold_for_quantile(quantile)
         if score is None or not np.isfinite(score):
             raise ThresholdError(f"--score must be a finite number, got {score}")
+        if score < 0:
+            raise ThresholdError(f"--score must be >= 0: an anomaly score is a norm, never negative (got {score})")
         _, eff = self._effective()
+        check_order(self.model.thresholds_, {**eff, severity: float(score)})
         entry = self.store.set(self.model.version_, severity, float(score), quantile, by or default_actor(), eff[severity])
         return {"version": self.model.version_, **entry}
 

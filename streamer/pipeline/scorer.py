@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from offline_train.detector import KDSM, Explanation
 
@@ -34,10 +33,10 @@ class ScoreResult:
 
 
 class Scorer:
-    def __init__(self, top_features: int = 5, threads: int | None = None):
+    """Scores batches; holds no process-wide state (torch's thread count is the entry point's: ``streamer.service``)."""
+
+    def __init__(self, top_features: int = 5):
         self.top_features = top_features
-        if threads:
-            torch.set_num_threads(threads)
 
     def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float]) -> ScoreResult:
         scores, F = model.score_outputs(X)

@@ -14,9 +14,7 @@
   what ``current()`` returns. A model that fails to load, or has another
   feature schema, is refused and the old one keeps serving.
 
-Redis keys (``p`` = ``redis.key_prefix``): ``p registry:versions`` (zset by
-creation time), ``p registry:version:V`` (JSON), ``p registry:pointers``
-(hash), ``p registry:log`` (stream), channel ``p registry:events``.
+Redis keys: ``registry:*`` of ``streamer.lifecycle.control.Keys``.
 
 >>> store = LocalArtifactStore("/tmp/kdsm-doctest-store")
 >>> store.local_path("v1").name
@@ -33,82 +31,22 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from prometheus_client import Counter
 
 from offline_train.artifact import ArtifactError, atomic_directory
 from offline_train.detector import KDSM
 
+from .control import ChannelWatcher, Keys, redis_client
+from .metrics import LifecycleMetrics
+
 log = logging.getLogger("kdsm.registry")
 
-MODEL_SWAPS = Counter("kdsm_registry_swaps", "Models swapped in by the registry provider", ["reason"])
-MODEL_REFUSED = Counter("kdsm_registry_refused", "Registry versions a streamer refused to load (old model kept)")
 
 
 class RegistryError(ValueError):
     """A registry operation that cannot be done (unknown version, no previous, refused artifact)."""
-
-
-@dataclass(frozen=True)
-class Keys:
-    """Every Redis key and channel of the lifecycle modules, under one prefix."""
-
-    prefix: str
-
-    def _k(self, name: str) -> str:
-        return f"{self.prefix}{name}"
-
-    @property
-    def versions(self) -> str:
-        return self._k("registry:versions")
-
-    def version(self, v: str) -> str:
-        return self._k(f"registry:version:{v}")
-
-    @property
-    def pointers(self) -> str:
-        return self._k("registry:pointers")
-
-    @property
-    def channel(self) -> str:
-        return self._k("registry:events")
-
-    @property
-    def log(self) -> str:
-        return self._k("registry:log")
-
-    @property
-    def lock(self) -> str:
-        return self._k("retrain:lock")
-
-    @property
-    def requests(self) -> str:
-        return self._k("retrain:requests")
-
-    @property
-    def runs(self) -> str:
-        return self._k("retrain:runs")
-
-    @property
-    def drift(self) -> str:
-        return self._k("drift:events")
-
-    @property
-    def drift_cooldown(self) -> str:
-        return self._k("drift:cooldown")
-
-
-def redis_client(redis_cfg, blocking: bool = False):
-    """A decode_responses client from the ``redis`` section; ``blocking`` drops the socket timeout (XREAD BLOCK, pub/sub)."""
-    import redis
-
-    pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None
-    return redis.Redis.from_url(redis_cfg.url, password=pw, decode_responses=True,
-                                socket_timeout=None if blocking else max(redis_cfg.socket_timeout_s, 2.0),
-                                socket_connect_timeout=5.0, health_check_interval=30)
 
 
 class LocalArtifactStore:
@@ -138,7 +76,7 @@ class LocalArtifactStore:
 # Atomic pointer moves: read, move, publish and audit in one server-side step.
 _PROMOTE = """
 local cur = redis.call('HGET', KEYS[1], 'current')
-if cur == ARGV[1] then return {cur, cur} end
+if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
 if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
 redis.call('HSET', KEYS[1], 'current', ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
@@ -177,9 +115,18 @@ class ModelRegistry:
 
     # ------------------------------------------------------------ versions
     def add(self, model_dir: str | os.PathLike, meta: dict | None = None) -> str:
-        """Copy an artifact into the store and register it; returns its version (from its metadata)."""
+        """Copy an artifact into the store and register it; returns its version (from its metadata).
+
+        Adding a version that is already registered keeps its metadata and
+        status (a second ``models add`` of the serving model must not mark it
+        "registered" again); only a missing artifact is copied back.
+        """
         det = KDSM.load(model_dir, device="cpu")  # refuses a corrupt artifact before it enters the store
         version = det.version_
+        if self.get(version) is not None:
+            if not self.store.exists(version):
+                self.store.put(version, model_dir)
+            return version
         self.store.put(version, model_dir)
         base = {"version": version, "created": det.metadata_.get("created", _now_iso()), "registered": _now_iso(),
                 "features": det.feature_names_, "schema_hash": det.schema_hash_, "thresholds": det.thresholds_,
@@ -226,7 +173,12 @@ class ModelRegistry:
         return self.r.hget(self.keys.pointers, "current") or None
 
     def promote(self, version: str, reason: str = "manual", force: bool = False) -> tuple[str | None, str]:
-        """Make ``version`` current (the old current becomes previous). Refuses unknown, missing or gate-rejected versions."""
+        """Make ``version`` current (the old current becomes previous); returns the pointers after it: (previous, current).
+
+        Promoting the version that is already current changes nothing (the
+        previous pointer stays what rollback goes back to). Refuses unknown,
+        missing or gate-rejected versions.
+        """
         meta = self.get(version)
         if meta is None:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
@@ -234,11 +186,12 @@ class ModelRegistry:
             raise RegistryError(f"version {version} has no artifact in the store ({self.store.local_path(version)})")
         if meta.get("status") == "rejected" and not force:
             raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
-        old, new = self._promote(keys=[self.keys.pointers, self.keys.log],
-                                 args=[version, self.keys.channel, "promote", reason, _now_iso()])
-        if old != new:
+        was = self.current_version()
+        prev, new = self._promote(keys=[self.keys.pointers, self.keys.log],
+                                  args=[version, self.keys.channel, "promote", reason, _now_iso()])
+        if was != new:
             self.update(version, status="promoted", promoted=_now_iso())
-        return (old or None), new
+        return (prev or None), new
 
     def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
         """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""
@@ -260,19 +213,19 @@ class RegistryModelProvider:
     """
 
     def __init__(self, registry: ModelRegistry, *, device: str = "auto", check_interval_s: float = 10.0,
-                 fallback: KDSM | None = None, pubsub_client=None):
+                 fallback: KDSM | None = None, pubsub_client=None, metrics: LifecycleMetrics | None = None):
         self.registry = registry
+        self.metrics = metrics or LifecycleMetrics()
         self.device = device
         self.check_interval_s = check_interval_s
         self.refused: dict[str, str] = {}  # version -> why
-        self._stop = threading.Event()
         self._cond = threading.Condition()
         self._pubsub_client = pubsub_client
         self._model: KDSM | None = None
         try:
             v = registry.current_version()
         except Exception as e:  # Redis down at start: serve the fallback, the watch thread keeps trying
-            log.warning("registry unreachable at start (%s); serving the fallback model", e)
+            log.warning({"event": "registry_unreachable", "error": str(e), "action": "serving the fallback model"})
             v = None
         if v is not None:
             try:
@@ -283,8 +236,11 @@ class RegistryModelProvider:
             self._model = fallback
         if self._model is None:
             raise RegistryError("no model to serve: the registry has no loadable current version and no fallback was given")
-        self._thread = threading.Thread(target=self._run, name="kdsm-registry-watch", daemon=True)
-        self._thread.start()
+        client = self._pubsub_client or registry.r
+        self._watcher = ChannelWatcher(client, registry.keys.channel, period_s=check_interval_s,
+                                       on_message=lambda _: self.check("notify"), on_tick=lambda: self.check("poll"),
+                                       on_error=self._watch_failed, retry_s=min(5.0, check_interval_s),
+                                       name="kdsm-registry-watch").start()
 
     def current(self) -> KDSM:
         return self._model
@@ -305,8 +261,7 @@ class RegistryModelProvider:
         return True
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._watcher.stop()
 
     # ------------------------------------------------------------ internals
     def _load(self, version: str, schema: str | None) -> KDSM:
@@ -324,9 +279,12 @@ class RegistryModelProvider:
 
     def _refuse(self, version: str, why: str) -> None:
         if self.refused.get(version) != why:
-            log.error("refusing model version %s, the old model keeps serving: %s", version, why)
-            MODEL_REFUSED.inc()
+            log.error({"event": "model_refused", "version": version, "why": why, "action": "the old model keeps serving"})
+            self.metrics.model_refused.inc()
         self.refused[version] = why
+
+    def _watch_failed(self, e: Exception) -> None:  # Redis down or a bug: keep serving, retry later
+        log.warning({"event": "registry_watch_failed", "error": str(e), "action": "retrying"})
 
     def check(self, reason: str = "poll") -> bool:
         """Swap to the registry's current version if it differs and loads; True when a swap happened."""
@@ -346,38 +304,9 @@ class RegistryModelProvider:
             self._model = det
             self._cond.notify_all()
         self.refused.pop(v, None)
-        MODEL_SWAPS.labels(reason).inc()
-        log.info("model swapped: %s -> %s (%s)", old, v, reason)
+        self.metrics.model_swaps.labels(reason).inc()
+        log.info({"event": "model_swapped", "from": old, "to": v, "reason": reason})
         return True
-
-    def _run(self) -> None:
-        pubsub = None
-        next_check = 0.0
-        while not self._stop.is_set():
-            try:
-                if pubsub is None:
-                    client = self._pubsub_client or self.registry.r
-                    pubsub = client.pubsub(ignore_subscribe_messages=True)
-                    pubsub.subscribe(self.registry.keys.channel)
-                    next_check = 0.0  # after (re)subscribing, re-read the pointer: a message may have been missed
-                msg = pubsub.get_message(timeout=min(1.0, self.check_interval_s))
-                if msg is not None:
-                    self.check("notify")
-                    next_check = time.monotonic() + self.check_interval_s
-                elif time.monotonic() >= next_check:
-                    self.check("poll")
-                    next_check = time.monotonic() + self.check_interval_s
-            except Exception as e:  # Redis down or a bug: keep serving, retry later
-                log.warning("registry watch: %s; retrying", e)
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:
-                        pass
-                pubsub = None
-                self._stop.wait(min(5.0, self.check_interval_s))
-        if pubsub is not None:
-            pubsub.close()
 
 
 def serving_model_dir(settings) -> str:

@@ -21,30 +21,30 @@ Everything returned has ``close()`` (or needs none); ``close_parts`` calls it.
 from __future__ import annotations
 
 from offline_train.detector import KDSM
+from streamer.lifecycle.archive import ArchiveSink
+from streamer.lifecycle.control import Keys, redis_client
+from streamer.lifecycle.drift import DriftSink, model_alert_rate
+from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
+from streamer.pipeline.provider import StaticModelProvider
 
-from .archive import ArchiveSink
-from .drift import DriftSink, model_alert_rate
-from .provider import StaticModelProvider
-from .registry import ModelRegistry, RegistryModelProvider, redis_client
 
-
-def build_provider(settings, model_path=None):
+def build_provider(settings, model_path=None, metrics=None):
     if not settings.registry.enabled:
         if not model_path:
             raise FileNotFoundError("no model: pass --model DIR, set stream.model, or enable the registry (registry.enabled)")
         return StaticModelProvider(model_path, settings.stream.device)
     fallback = KDSM.load(model_path, device=settings.stream.device) if model_path else None
     return RegistryModelProvider(ModelRegistry.from_settings(settings), device=settings.stream.device,
-                                 check_interval_s=settings.registry.check_interval_s, fallback=fallback)
+                                 check_interval_s=settings.registry.check_interval_s, fallback=fallback,
+                                 metrics=metrics)
 
 
-def build_sinks(settings, provider) -> list:
+def build_sinks(settings, provider, metrics=None) -> list:
     sinks: list = []
     if settings.archive.dir:
-        sinks.append(ArchiveSink(settings.archive))
+        sinks.append(ArchiveSink(settings.archive, metrics=metrics))
     if settings.drift.enabled:
-        from .kafka_clients import ensure_topics, make_producer
-        from .registry import Keys
+        from streamer.pipeline.kafka_clients import ensure_topics, make_producer
 
         def rate(version: str, thresholds: dict):
             model = provider.current()
@@ -56,14 +56,14 @@ def build_sinks(settings, provider) -> list:
             return make_producer(settings.kafka)
 
         sinks.append(DriftSink(settings.drift, redis=redis_client(settings.redis), keys=Keys(settings.redis.key_prefix),
-                               producer_factory=producer, calibrated_rate=rate))
+                               producer_factory=producer, calibrated_rate=rate, metrics=metrics))
     return sinks
 
 
-def lifecycle_parts(settings, model_path=None):
-    """(provider, sinks) for a streamer built from ``settings``."""
-    provider = build_provider(settings, model_path)
-    return provider, build_sinks(settings, provider)
+def lifecycle_parts(settings, model_path=None, metrics=None):
+    """(provider, sinks) for a streamer built from ``settings``; ``metrics``: the ``LifecycleMetrics`` they count in."""
+    provider = build_provider(settings, model_path, metrics)
+    return provider, build_sinks(settings, provider, metrics)
 
 
 def close_parts(*parts) -> None:

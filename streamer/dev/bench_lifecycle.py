@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .archive import ArchiveSink, example_batch
-from .drift import DriftSink
-from .ops_config import ArchiveConfig, DriftConfig
+from streamer.lifecycle.archive import ArchiveSink, example_batch
+from streamer.lifecycle.config import ArchiveConfig, DriftConfig
+from streamer.lifecycle.drift import DriftSink
 
 
 def _batches(n_events: int, batch: int, d: int) -> list:
@@ -64,9 +64,9 @@ def run(events: int = 20000, batch: int = 500, features: int = 21, rounds: int =
 
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("lifecycle", help="per-event cost of the drift detectors and the archive sink")
-    p.add_argument("--events", type=int, default=20000)
-    p.add_argument("--batch", type=int, default=500)
-    p.add_argument("--features", type=int, default=21)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--out", default="runs/bench-lifecycle.json")
+    p.add_argument("--events", type=int, default=20000, help="events fed to each detector and to the archive")
+    p.add_argument("--batch", type=int, default=500, help="events per batch, as the stream hands them on")
+    p.add_argument("--features", type=int, default=21, help="features per archived event")
+    p.add_argument("--rounds", type=int, default=3, help="repetitions; the median is reported")
+    p.add_argument("--out", default="runs/bench-lifecycle.json", help="JSON file the figures are written to")
     p.set_defaults(func=lambda a: run(a.events, a.batch, a.features, a.rounds, a.out) and 0)

@@ -1,9 +1,10 @@
 """Prometheus metrics of the streamer and the HTTP server for ``/metrics`` and ``/healthz``.
 
 Each ``StreamMetrics`` has its own registry, so several streamers (or tests)
-in one process do not collide. ``/metrics`` also serves prometheus_client's
-process-wide registry, where the lifecycle modules (archive, drift, registry,
-retrain) keep their counters, and the process/GC collectors live. ``/healthz`` answers 200 while the consumer
+in one process do not collide; the wiring registers the lifecycle's counters
+(archive, drift, registry: ``streamer.lifecycle.metrics``) on the same
+registry. ``/metrics`` also serves prometheus_client's process-wide
+registry, where the process/GC collectors live. ``/healthz`` answers 200 while the consumer
 loop has completed an iteration within ``stale_s`` seconds, else 503.
 
 >>> m = StreamMetrics()

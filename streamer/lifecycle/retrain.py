@@ -46,7 +46,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from prometheus_client import Counter
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, ResponseError
 
@@ -56,11 +55,11 @@ from offline_train.detector import KDSM
 from offline_train.job import label_metrics
 
 from .archive import closed_files
+from .metrics import LifecycleMetrics
 from .registry import ModelRegistry, RegistryError
 
 log = logging.getLogger("kdsm.retrain")
 
-RETRAIN_RUNS = Counter("kdsm_retrain_runs", "Retrain runs by outcome", ["outcome"])
 EXIT_CODES = {"promoted": 0, "registered": 0, "locked": 0, "rejected": 3, "failed": 1}
 WATCH_GROUP = "kdsm-retrain"
 
@@ -102,11 +101,11 @@ class RetrainLock:
             try:
                 self.lock.extend(self.ttl_s, replace_ttl=True)
             except LockError as e:  # expired and maybe taken: say so; the run's result is still checked on promote
-                log.error("retrain lock lost: %s", e)
+                log.error({"event": "retrain_lock_lost", "error": str(e)})
                 self.lost.set()
                 return
             except Exception as e:  # Redis blip: retry on the next tick while the TTL lasts
-                log.warning("retrain lock renewal failed: %s", e)
+                log.warning({"event": "retrain_lock_renewal_failed", "error": str(e), "action": "retrying while the TTL lasts"})
 
     def release(self) -> None:
         self._stop.set()
@@ -115,7 +114,7 @@ class RetrainLock:
         try:
             self.lock.release()
         except LockError:
-            log.warning("retrain lock had already expired at release")
+            log.warning({"event": "retrain_lock_expired_at_release"})
 
 
 # ---------------------------------------------------------------------- data
@@ -215,23 +214,24 @@ def validate(settings, new_path, current: KDSM | None, files: list[Path]) -> dic
 
 
 # ---------------------------------------------------------------------- the job
-def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None) -> RetrainResult:
+def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None,
+                metrics: LifecycleMetrics | None = None) -> RetrainResult:
     """One retrain under the fleet lock; the outcome is logged, counted and recorded in Redis."""
     lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
     started = time.time()
     if not lock.acquire():
         holder = "another retrain"
         res = RetrainResult("locked", reason=f"{holder} holds {registry.keys.lock}; nothing to do")
-        log.info(res.reason)
+        log.info({"event": "retrain_locked", "reason": res.reason})
     else:
         try:
             res = _run_locked(settings, registry, reason, now, lock)
         except Exception as e:  # noqa: BLE001 - record any unexpected failure; the pointers are untouched
-            log.exception("retrain failed unexpectedly")
+            log.exception({"event": "retrain_unexpected_error", "error": f"{type(e).__name__}: {e}"})
             res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
         finally:
             lock.release()
-    RETRAIN_RUNS.labels(res.status).inc()
+    (metrics or LifecycleMetrics()).retrain_runs.labels(res.status).inc()
     record = {"status": res.status, "version": res.version or "", "reason": res.reason or "", "trigger": reason,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "seconds": f"{time.time() - started:.2f}", "host": socket.gethostname(),
@@ -239,9 +239,9 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
     try:
         registry.r.xadd(registry.keys.runs, record, maxlen=1000, approximate=True)
     except Exception as e:  # noqa: BLE001 - the log line still has it
-        log.warning("cannot record the retrain run in Redis: %s", e)
+        log.warning({"event": "retrain_record_failed", "error": str(e)})
     (log.info if res.status in ("promoted", "registered", "locked") else log.error)(
-        "retrain %s%s: %s", res.status, f" {res.version}" if res.version else "", res.reason or "")
+        {"event": "retrain_finished", "status": res.status, "version": res.version, "reason": res.reason})
     return res
 
 
@@ -253,7 +253,8 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
         try:
             current = KDSM.load(registry.store.local_path(cur_version), device=settings.registry.device)
         except (ArtifactError, RegistryError, OSError) as e:
-            log.warning("current model %s does not load (%s); training without it", cur_version, e)
+            log.warning({"event": "current_model_unloadable", "version": cur_version, "error": str(e),
+                         "action": "training without it"})
     features = current.feature_names_ if current is not None else settings.data.features
     if not features:
         return RetrainResult("failed", reason="no feature list: the registry has no current model and data.features is not set")
@@ -277,7 +278,7 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
         return RetrainResult("failed", reason=f"too little data: {usable} usable rows < retrain.min_rows={rc.min_rows}",
                              details=details)
     if not settings.ema.enabled:
-        log.warning("ema.enabled is off: training plain K-DSM on contaminated archive data")
+        log.warning({"event": "ema_disabled", "why": "training plain K-DSM on contaminated archive data"})
     try:
         det = KDSM.from_settings(settings).fit_source(_source(window["files"], features))
     except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
@@ -314,7 +315,8 @@ def request_retrain(registry: ModelRegistry, reason: str = "manual", by: str | N
 
 
 def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
-          max_runs: int | None = None, consumer: str | None = None) -> list[RetrainResult]:
+          max_runs: int | None = None, consumer: str | None = None,
+          metrics: LifecycleMetrics | None = None) -> list[RetrainResult]:
     """Consume retrain requests (consumer group ``kdsm-retrain``): one run per burst of requests.
 
     A run starts ``retrain.request_delay_s`` after the newest request of the
@@ -336,7 +338,7 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
         try:
             got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
         except RedisConnectionError as e:  # Redis restarting: wait and read again, never exit on it
-            log.warning("retrain watch: Redis unavailable (%s); retrying", e)
+            log.warning({"event": "retrain_watch_redis_unavailable", "error": str(e), "action": "retrying"})
             stop.wait(min(5.0, settings.retrain.watch_block_s))
             continue
         except ResponseError as e:
@@ -356,7 +358,7 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
                 break
             last_start_ms = int(time.time() * 1000)
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
-            log.info("retrain requested (%d request(s): %s)", len(fresh), ", ".join(reasons))
-            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons)))
+            log.info({"event": "retrain_requested", "requests": len(fresh), "reasons": reasons})
+            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics))
         blocking_client.xack(stream, WATCH_GROUP, *[mid for mid, _ in msgs])
     return results

@@ -36,28 +36,28 @@ class AdwinParams(Section):
     """river.drift.ADWIN parameters."""
 
     delta: float = Field(0.002, gt=0, lt=1, description="confidence; smaller = fewer false alarms")
-    clock: int = Field(32, gt=0)
-    grace_period: int = Field(10, gt=0)
-    min_window_length: int = Field(5, gt=0)
+    clock: int = Field(32, gt=0, description="ADWIN checks for a change every this many updates")
+    grace_period: int = Field(10, gt=0, description="ADWIN updates before the first check")
+    min_window_length: int = Field(5, gt=0, description="smallest ADWIN sub-window compared")
 
 
 class KswinParams(Section):
     """river.drift.KSWIN parameters (a KS test per update: keep alpha small)."""
 
-    alpha: float = Field(0.0001, gt=0, lt=1)
-    window_size: int = Field(300, gt=0)
-    stat_size: int = Field(100, gt=0)
-    seed: int = 0
+    alpha: float = Field(0.0001, gt=0, lt=1, description="KSWIN significance level of the KS test")
+    window_size: int = Field(300, gt=0, description="KSWIN sliding window length")
+    stat_size: int = Field(100, gt=0, description="KSWIN size of the recent sample compared with the window")
+    seed: int = Field(0, description="KSWIN sampling seed")
 
 
 class PageHinkleyParams(Section):
     """river.drift.PageHinkley parameters (on the log score)."""
 
-    min_instances: int = Field(30, gt=0)
-    delta: float = Field(0.005, ge=0)
-    threshold: float = Field(50.0, gt=0)
-    alpha: float = Field(0.9999, gt=0, le=1)
-    mode: Literal["up", "down", "both"] = "both"
+    min_instances: int = Field(30, gt=0, description="Page-Hinkley updates before the first check")
+    delta: float = Field(0.005, ge=0, description="Page-Hinkley tolerated change magnitude")
+    threshold: float = Field(50.0, gt=0, description="Page-Hinkley detection threshold (lambda)")
+    alpha: float = Field(0.9999, gt=0, le=1, description="Page-Hinkley forgetting factor")
+    mode: Literal["up", "down", "both"] = Field("both", description="Page-Hinkley direction of change watched: up, down or both")
 
 
 class DriftConfig(Section):

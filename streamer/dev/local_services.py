@@ -90,8 +90,11 @@ class Service:
             listener = f"tcp://{self.host}:{self.port}"
             return [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
                     "--storage-engine", "memory://tansu/"]
-        return [redis_binary(), "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--protected-mode", "yes"]
+        # AOF under the state dir: the registry, thresholds and retrain records survive stop.sh / start.sh.
+        data = self.state_dir / f"redis-{self.port}"
+        data.mkdir(parents=True, exist_ok=True)
+        return [redis_binary(), "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec", "--dir", str(data), "--daemonize", "no", "--protected-mode", "yes"]
 
     def start(self, timeout: float = 20.0) -> Service:
         """Start unless ours is already running; raise ServiceError if the port is someone else's."""
@@ -150,7 +153,7 @@ def redis(port: int = 16379, state_dir: Path = DEFAULT_STATE_DIR) -> Service:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m streamer.local_services",
+    p = argparse.ArgumentParser(prog="python -m streamer.dev.local_services",
                                 description="Start/stop the local Tansu broker and Redis on loopback.")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--kafka-port", type=int, default=19092)

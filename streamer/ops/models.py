@@ -1,4 +1,4 @@
-"""Model-lifecycle subcommands of ``kdsm``: ``retrain`` and ``models``. Registered by ``streamer.cli``.
+"""Model-lifecycle subcommands of ``kdsm``: ``retrain`` and ``models``. Registered by ``streamer.ops.cli``.
 
 Each prints JSON on stdout. ``kdsm retrain`` exits 0 when it promoted or
 registered a model, or when another retrain holds the lock; 1 when training
@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     g.add_argument("--watch", action="store_true", help="consume retrain requests and run one retrain per burst")
     p.add_argument("--reason", default=None, help="why (recorded with the run or the request)")
     p.add_argument("--max-runs", type=int, help="--watch: stop after this many runs")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                   help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _retrain(a, settings_cls))
 
     p = sub.add_parser("models", help="the model registry: list, show, add, promote, rollback",
@@ -52,9 +53,11 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
 
 
 def _registry(s):
-    from .registry import ModelRegistry
+    """The registry, after one PING: an unreachable Redis is one line (exit 2), not a traceback at the first command."""
+    from streamer.lifecycle.control import redis_client, require
+    from streamer.lifecycle.registry import ModelRegistry
 
-    return ModelRegistry.from_settings(s)
+    return ModelRegistry.from_settings(s, client=require(redis_client(s.redis), s.redis))
 
 
 def _print(obj) -> None:
@@ -63,9 +66,9 @@ def _print(obj) -> None:
 
 
 def _retrain(a, settings_cls) -> int:
-    from .logs import setup_logging
-    from .registry import redis_client
-    from .retrain import request_retrain, run_retrain, watch
+    from streamer.lifecycle.control import redis_client
+    from streamer.lifecycle.retrain import request_retrain, run_retrain, watch
+    from streamer.pipeline.logs import setup_logging
 
     s = load_settings(settings_cls, a.config)
     reg = _registry(s)
@@ -92,7 +95,7 @@ def _models(a, settings_cls) -> int:
     elif a.action == "show":
         meta = reg.get(a.version)
         if meta is None:
-            from .registry import RegistryError
+            from streamer.lifecycle.registry import RegistryError
 
             raise RegistryError(f"unknown model version {a.version!r}")
         _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.local_path(a.version))})
@@ -100,7 +103,9 @@ def _models(a, settings_cls) -> int:
         v = reg.add(a.model, meta={"trigger": "manual add"})
         out = {"added": v}
         if a.promote:
+            was = reg.current_version()
             out["previous"], out["current"] = reg.promote(v, reason="manual add")
+            out["promoted"] = was != v
         _print(out)
     elif a.action == "promote":
         old, new = reg.promote(a.version, reason=a.reason, force=a.force)

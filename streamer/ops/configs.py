@@ -22,7 +22,7 @@ import yaml
 
 from offline_train.config import ConfigError, load_settings
 
-from .config_render import iter_keys, render_yaml
+from .render import iter_keys, render_yaml
 
 
 def register(sub: argparse._SubParsersAction, settings_cls) -> None:

@@ -11,14 +11,30 @@ import logging
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 log = logging.getLogger("kdsm.kafka")
 
 
+class KafkaUnavailable(ConnectionError):
+    """No broker of ``kafka.bootstrap`` answered within ``kafka.connect_timeout_s``."""
+
+    def __init__(self, k, cause: Exception | None = None):
+        super().__init__(f"Kafka at {k.bootstrap} is unreachable: no broker answered within {k.connect_timeout_s:g} s "
+                         f"(kafka.bootstrap, kafka.connect_timeout_s)" + (f": {cause}" if cause else ""))
+
+
+def _reach(k, build):
+    """Build a client; a bootstrap that times out becomes one ``KafkaUnavailable`` naming the address."""
+    try:
+        return build()
+    except KafkaTimeoutError as e:  # kafka-python 3: 'Unable to bootstrap from [...]'
+        raise KafkaUnavailable(k, e) from None
+
+
 def client_kwargs(k) -> dict:
     kw = {"bootstrap_servers": [b.strip() for b in k.bootstrap.split(",") if b.strip()],
-          "security_protocol": k.security_protocol}
+          "security_protocol": k.security_protocol, "bootstrap_timeout_ms": int(k.connect_timeout_s * 1000)}
     if k.sasl_mechanism:
         kw["sasl_mechanism"] = k.sasl_mechanism
         kw["sasl_plain_username"] = k.sasl_username
@@ -31,11 +47,12 @@ def client_kwargs(k) -> dict:
 
 def make_consumer(k, group_id: str | None = None, **extra) -> KafkaConsumer:
     """A manual-commit group consumer; raw bytes in (decoding is the decoder's job)."""
-    return KafkaConsumer(group_id=group_id if group_id is not None else k.group_id, client_id=k.client_id,
-                         enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
-                         session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
-                         max_poll_interval_ms=k.max_poll_interval_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
-                         **client_kwargs(k), **extra)
+    return _reach(k, lambda: KafkaConsumer(
+        group_id=group_id if group_id is not None else k.group_id, client_id=k.client_id,
+        enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
+        session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
+        max_poll_interval_ms=k.max_poll_interval_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
+        **client_kwargs(k), **extra))
 
 
 def make_producer(k, **extra) -> KafkaProducer:
@@ -43,15 +60,16 @@ def make_producer(k, **extra) -> KafkaProducer:
     opts = {"acks": "all", "linger_ms": k.linger_ms, "batch_size": k.producer_batch_bytes,
             "client_id": k.client_id, "retries": 5, **client_kwargs(k)}
     opts.update(extra)
-    return KafkaProducer(**opts)
+    return _reach(k, lambda: KafkaProducer(**opts))
 
 
 def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 1) -> list[str]:
     """Create the topics that do not exist yet; returns those created. Failures are logged, not raised
-    (a production cluster may forbid topic creation and have them already)."""
+    (a production cluster may forbid topic creation and have them already); an unreachable broker
+    raises ``KafkaUnavailable``."""
     created = []
     try:
-        admin = KafkaAdminClient(client_id=k.client_id, **client_kwargs(k))
+        admin = _reach(k, lambda: KafkaAdminClient(client_id=k.client_id, **client_kwargs(k)))
     except KafkaError as e:
         log.warning({"event": "topic_admin_unavailable", "error": str(e)})
         return created

@@ -35,7 +35,7 @@ Retention deletes the oldest closed files above ``retention_max_bytes`` and
 those older than ``retention_max_age_hours``.
 
 >>> import tempfile
->>> from streamer.ops_config import ArchiveConfig
+>>> from streamer.lifecycle.config import ArchiveConfig
 >>> sink = ArchiveSink(ArchiveConfig(dir=tempfile.mkdtemp(), fsync=False))
 >>> sink.on_committed(example_batch(3))
 >>> sink.close()
@@ -60,15 +60,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-from prometheus_client import Counter
 
-from .ops_config import ArchiveConfig
+from .config import ArchiveConfig
+from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.archive")
 
-ROWS = Counter("kdsm_archive_rows", "Rows appended to the archive spool")
-FILES = Counter("kdsm_archive_files", "Parquet files closed into the archive", ["how"])
-DELETED = Counter("kdsm_archive_deleted_files", "Archive files deleted by retention")
 
 META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schema_hash", "kdsm_topic",
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
@@ -145,10 +142,10 @@ def read_spool(path: Path) -> pa.Table | None:
                 except StopIteration:
                     break
                 except (pa.ArrowInvalid, OSError):
-                    log.warning("archive spool %s ends in a partial batch; kept %d complete batches", path, len(batches))
+                    log.warning({"event": "archive_spool_partial", "path": str(path), "kept_batches": len(batches)})
                     break
     except (pa.ArrowInvalid, OSError) as e:
-        log.warning("archive spool %s has no readable schema (%s); nothing to recover", path, e)
+        log.warning({"event": "archive_spool_unreadable", "path": str(path), "error": str(e), "action": "nothing to recover"})
         return None
     return pa.Table.from_batches(batches, schema=schema) if batches else None
 
@@ -189,10 +186,11 @@ class ArchiveSink:
 
     name = "archive"
 
-    def __init__(self, cfg: ArchiveConfig, clock=time.time, background: bool = True):
+    def __init__(self, cfg: ArchiveConfig, clock=time.time, background: bool = True, metrics: LifecycleMetrics | None = None):
         if not cfg.dir:
             raise ValueError("archive.dir is not set")
         self.cfg = cfg
+        self.metrics = metrics or LifecycleMetrics()
         self.root = Path(cfg.dir)
         self.root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
@@ -223,7 +221,7 @@ class ArchiveSink:
             if self._spool is None:
                 self._spool = _Spool(self.root, table.schema, now, self.cfg.fsync)
             self._spool.append(table)
-            ROWS.inc(table.num_rows)
+            self.metrics.archive_rows.inc(table.num_rows)
             self.maybe_roll(now)
 
     def maybe_roll(self, now: float | None = None) -> Path | None:
@@ -262,7 +260,7 @@ class ArchiveSink:
                 self.maybe_roll()
                 self._drain()
             except Exception as e:  # a full disk must not kill the thread; the spool is recovered at the next start
-                log.error("archive roll failed: %s", e)
+                log.error({"event": "archive_roll_failed", "error": str(e)})
 
     def _drain(self) -> None:
         while True:
@@ -293,7 +291,7 @@ class ArchiveSink:
         finally:
             sp.f.close()  # releases the flock
         if out is not None:
-            FILES.labels(how).inc()
+            self.metrics.archive_files.labels(how).inc()
         self.enforce_retention()
         return out
 
@@ -335,8 +333,8 @@ class ArchiveSink:
                     opened = _mtime(path)
                 if table is not None and table.num_rows:
                     out.append(self._publish(table, time.strftime("%Y-%m-%d", time.gmtime(opened)), opened, ident))
-                    FILES.labels("recovered").inc()
-                    log.warning("archive: recovered %d rows from the spool of a stopped streamer (%s)", table.num_rows, path.name)
+                    self.metrics.archive_files.labels("recovered").inc()
+                    log.warning({"event": "archive_spool_recovered", "rows": table.num_rows, "spool": path.name})
                 os.unlink(path)
             finally:
                 f.close()
@@ -364,7 +362,7 @@ class ArchiveSink:
         for p in deleted:
             try:
                 p.unlink()
-                DELETED.inc()
+                self.metrics.archive_deleted.inc()
             except FileNotFoundError:
                 pass  # another streamer's retention got there first
             try:
@@ -375,7 +373,7 @@ class ArchiveSink:
 
 
 def example_batch(n: int = 4, features=("f0", "f1"), offset0: int = 0, version: str = "v-test", seed: int = 0):
-    """A ScoredBatch-shaped object for docs and tests (the real one is ``streamer.batch.ScoredBatch``)."""
+    """A ScoredBatch-shaped object for docs and tests (the real one is ``streamer.pipeline.batch.ScoredBatch``)."""
     rng = np.random.default_rng(seed)
     scores = rng.gamma(2.0, 1.0, n)
     return SimpleNamespace(topics=["events"] * n, partitions=np.zeros(n, np.int32),

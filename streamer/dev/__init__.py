@@ -1,0 +1,1 @@
+"""Developer tooling: local broker + Redis, the demo, replay, benchmarks."""

@@ -1,0 +1,217 @@
+"""The Redis control plane: one client factory and one key schema for every key and channel.
+
+Every Redis client of the product is built by ``connect`` (``redis_client``
+reads its arguments from the ``redis`` config section); every key and
+channel name comes from ``Keys``. The hot path (live thresholds) uses the
+short ``redis.socket_timeout_s`` so a slow Redis never stalls scoring; the
+control-plane callers (registry, retrain, drift, the ``kdsm`` commands) use
+``redis.command_timeout_s``; ``blocking`` drops the read timeout (XREAD
+BLOCK). All of them give up connecting after ``redis.connect_timeout_s``.
+
+Keys (``P`` = ``redis.key_prefix``, ``V`` = model version):
+
+========================  ====================================================
+``P registry:versions``   zset of versions by creation time
+``P registry:version:V``  JSON metadata of one version
+``P registry:pointers``   hash: current, previous
+``P registry:log``        stream: promote / rollback audit
+``P registry:events``     channel: the new current version
+``P retrain:lock``        the fleet-wide retrain lock
+``P retrain:requests``    stream of retrain requests
+``P retrain:runs``        list of retrain run records
+``P drift:events``        stream of drift events
+``P drift:cooldown``      fleet-wide drift cooldown key
+``P thresholds:V``        hash: severity -> override JSON
+``P thresholds:V:audit``  list: threshold audit records, newest first
+``P thresholds:changed``  channel: the version whose thresholds changed
+========================  ====================================================
+
+>>> k = Keys("kdsm:")
+>>> k.pointers, k.thresholds("v1"), k.thresholds_audit("v1"), k.thresholds_channel
+('kdsm:registry:pointers', 'kdsm:thresholds:v1', 'kdsm:thresholds:v1:audit', 'kdsm:thresholds:changed')
+>>> mask_url("redis://:hunter2@redis:6379/0")
+'redis://:***@redis:6379/0'
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key and channel of the product, under one prefix."""
+
+    prefix: str
+
+    def _k(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    # registry
+    @property
+    def versions(self) -> str:
+        return self._k("registry:versions")
+
+    def version(self, v: str) -> str:
+        return self._k(f"registry:version:{v}")
+
+    @property
+    def pointers(self) -> str:
+        return self._k("registry:pointers")
+
+    @property
+    def channel(self) -> str:
+        return self._k("registry:events")
+
+    @property
+    def log(self) -> str:
+        return self._k("registry:log")
+
+    # retrain
+    @property
+    def lock(self) -> str:
+        return self._k("retrain:lock")
+
+    @property
+    def requests(self) -> str:
+        return self._k("retrain:requests")
+
+    @property
+    def runs(self) -> str:
+        return self._k("retrain:runs")
+
+    # drift
+    @property
+    def drift(self) -> str:
+        return self._k("drift:events")
+
+    @property
+    def drift_cooldown(self) -> str:
+        return self._k("drift:cooldown")
+
+    # thresholds
+    def thresholds(self, v: str) -> str:
+        return self._k(f"thresholds:{v}")
+
+    def thresholds_audit(self, v: str) -> str:
+        return self._k(f"thresholds:{v}:audit")
+
+    @property
+    def thresholds_channel(self) -> str:
+        return self._k("thresholds:changed")
+
+
+def mask_url(value: str) -> str:
+    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
+    try:
+        parts = urlsplit(value)
+        if not parts.scheme or parts.password is None:
+            return value
+    except ValueError:
+        return value
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def connect(url: str, password: str | None = None, *, timeout_s: float | None = 0.5, connect_timeout_s: float = 3.0,
+            health_check_interval: int = 0):
+    """The one Redis client constructor (``decode_responses``; ``timeout_s=None`` = blocking reads)."""
+    import redis
+
+    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=timeout_s,
+                                socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
+
+
+class RedisUnavailable(ConnectionError):
+    """Redis at ``redis.url`` did not answer within ``redis.connect_timeout_s``."""
+
+
+def require(client, redis_cfg):
+    """``client`` after one PING; an unreachable Redis raises ``RedisUnavailable`` naming the (masked) address."""
+    import redis
+
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        raise RedisUnavailable(f"Redis at {mask_url(redis_cfg.url)} is unreachable within {redis_cfg.connect_timeout_s:g} s "
+                               f"(redis.url, redis.connect_timeout_s): {e}") from None
+    return client
+
+
+def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
+    """A client from the ``redis`` section: control-plane timeouts, or the hot path's short one, or blocking."""
+    pw = redis_cfg.password.get_secret_value() if redis_cfg.password else None
+    timeout = None if blocking else (redis_cfg.socket_timeout_s if hot_path else redis_cfg.command_timeout_s)
+    return connect(redis_cfg.url, pw, timeout_s=timeout, connect_timeout_s=redis_cfg.connect_timeout_s,
+                   health_check_interval=0 if hot_path else 30)
+
+
+class ChannelWatcher:
+    """Pub/sub plus a periodic re-read, in a daemon thread: the one watcher of the live thresholds and the registry.
+
+    ``on_message(data)`` runs for each notification on ``channel``;
+    ``on_tick()`` runs every ``period_s`` without one, and right after each
+    (re)subscription (a notification may have been missed meanwhile). Pub/sub
+    may drop messages, so the tick bounds how stale a value can get. Any
+    exception (Redis down, a bug in a callback) goes to ``on_error(exc)``,
+    drops the subscription and retries after ``retry_s``: the watcher never
+    dies while the process serves.
+    """
+
+    def __init__(self, client, channel: str, *, period_s: float, on_message, on_tick, on_error,
+                 wait_s: float = 1.0, retry_s: float = 1.0, name: str = "kdsm-watch"):
+        self.client, self.channel, self.period_s = client, channel, period_s
+        self.on_message, self.on_tick, self.on_error = on_message, on_tick, on_error
+        self.wait_s, self.retry_s = min(wait_s, period_s), retry_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> ChannelWatcher:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout)
+
+    @staticmethod
+    def _close(pubsub) -> None:
+        try:
+            pubsub.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection may fail any way
+            pass
+
+    def _run(self) -> None:
+        pubsub = None
+        next_tick = 0.0
+        while not self._stop.is_set():
+            try:
+                if pubsub is None:
+                    pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                    pubsub.subscribe(self.channel)
+                    next_tick = 0.0
+                msg = pubsub.get_message(timeout=self.wait_s)
+                if msg is not None:
+                    self.on_message(msg["data"])
+                    next_tick = time.monotonic() + self.period_s
+                elif time.monotonic() >= next_tick:
+                    self.on_tick()
+                    next_tick = time.monotonic() + self.period_s
+            except Exception as e:  # noqa: BLE001 - keep serving the last values, retry later
+                self.on_error(e)
+                if pubsub is not None:
+                    self._close(pubsub)
+                pubsub = None
+                self._stop.wait(self.retry_s)
+        if pubsub is not None:
+            self._close(pubsub)

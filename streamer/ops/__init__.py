@@ -1,0 +1,1 @@
+"""The ``kdsm`` command: the CLI entry point and its subcommands."""

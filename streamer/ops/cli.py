@@ -1,0 +1,146 @@
+"""``kdsm``: one command, many subcommands, each with ``--help``.
+
+Errors a user can fix (bad config, missing file, bad data, bad artifact)
+print one line on stderr and exit with status 2, without a traceback. A
+closed stdout (``kdsm ... | head``) ends the command quietly. Start-up
+imports only what the parser needs (argparse, pydantic for the settings):
+torch, pyarrow, Kafka and Redis clients load inside the command that uses
+them, so ``kdsm --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from offline_train import cli as offline_commands
+from streamer.config import Settings
+
+from . import commands, configs, models
+
+# Modules exposing ``register(subparsers, settings_cls)``, in help order.
+COMMAND_MODULES = (offline_commands, commands, configs, models)
+
+
+def register_benches(bench_sub) -> None:
+    """``kdsm bench NAME``: modules exposing ``register_bench(bench_subparsers, settings_cls)``."""
+    from offline_train import speed
+    from offline_train.evaluation import cli as evaluation_cli
+    from streamer.dev import bench_lifecycle, bench_stream
+
+    for module in (speed, evaluation_cli, bench_stream, bench_lifecycle):
+        module.register_bench(bench_sub, Settings)
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Errors a user can fix: one line and exit status 2, no traceback."""
+    from offline_train.artifact import ArtifactError
+    from offline_train.config import ConfigError
+    from offline_train.data import DataError
+    from streamer.lifecycle.control import RedisUnavailable
+    from streamer.lifecycle.registry import RegistryError
+    from streamer.lifecycle.thresholds import ThresholdError
+
+    errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
+              RedisUnavailable)
+    model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
+    if model is not None:
+        errors += (model.DeviceError,)
+    kafka_clients = sys.modules.get("streamer.pipeline.kafka_clients")  # only a command that loaded it reaches a broker
+    if kafka_clients is not None:
+        errors += (kafka_clients.KafkaUnavailable,)
+    return errors
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("kdsm-stream")
+    except PackageNotFoundError:  # run from a checkout without installing it
+        return "unknown (not installed)"
+
+
+def build_parser(benches: bool = True) -> argparse.ArgumentParser:
+    """The whole ``kdsm`` parser; ``benches=False`` leaves ``kdsm bench``'s (heavy) subcommands out."""
+    parser = argparse.ArgumentParser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
+    parser.add_argument("--version", action="version", version=f"kdsm {version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub, Settings)
+    bench = sub.add_parser("bench", help="benchmarks that print figures and write them to files")
+    bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    if benches:
+        register_benches(bench_sub)
+    _show_defaults(parser)
+    return parser
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every option's help ends with its default, where it has one and the text does not say it already."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _show_defaults(sub)
+        elif (action.option_strings and action.help and action.help != argparse.SUPPRESS
+              and action.default not in (None, False, argparse.SUPPRESS) and "default" not in action.help):
+            action.help += " (default: %(default)s)"
+
+
+def _check_env() -> None:
+    """A misspelt ``KDSM_*`` variable is an error, as a misspelt key in a config file is (pydantic would ignore it)."""
+    from offline_train.config import ConfigError, unknown_env
+
+    bad = unknown_env(Settings)
+    if bad:
+        raise ConfigError("unknown environment variable(s), no setting reads them: " + ", ".join(bad)
+                          + " (every KDSM_<SECTION>__<KEY>: configs/default.yaml)")
+
+
+def _stdout_closed() -> int:
+    """stdout's reader went away (``| head``): drop what is left, no traceback; the status a SIGPIPE death gives."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser(benches=bool(argv) and argv[0] == "bench").parse_args(argv)
+    # kafka-python logs every failed connection attempt; without a handler Python would print them all on
+    # stderr. Commands that set up logging route them to the JSON log (streamer.pipeline.logs).
+    kafka_log = logging.getLogger("kafka")
+    if not kafka_log.handlers:
+        kafka_log.addHandler(logging.NullHandler())
+    try:
+        _check_env()
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        raise
+    except Exception as e:
+        if not isinstance(e, user_errors()):
+            raise
+        print(f"kdsm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"kdsm {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The control plane helpers against a real Redis: the one watcher (pub/sub + periodic re-read) and the key schema."""
+
+import threading
+import time
+
+from streamer.lifecycle.control import ChannelWatcher, Keys, connect
+
+
+def _wait(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_watcher_delivers_notifications_ticks_and_survives_a_failing_callback(redis_url, unique):
+    client = connect(redis_url, timeout_s=2.0)
+    channel = Keys(f"w{unique}:").thresholds_channel
+    got, ticks, errors = [], [], []
+    lock = threading.Lock()
+
+    def on_message(data):
+        if data == "boom":
+            raise RuntimeError("callback failed")
+        with lock:
+            got.append(data)
+
+    w = ChannelWatcher(client, channel, period_s=0.3, on_message=on_message, on_tick=lambda: ticks.append(1),
+                       on_error=errors.append, wait_s=0.1, retry_s=0.1).start()
+    try:
+        assert _wait(lambda: len(ticks) >= 1), "no tick right after subscribing"
+        assert _wait(lambda: len(ticks) >= 3), "no periodic tick"
+        client.publish(channel, "v1")
+        assert _wait(lambda: got == ["v1"])
+        client.publish(channel, "boom")
+        assert _wait(lambda: len(errors) == 1) and isinstance(errors[0], RuntimeError)
+        n = len(ticks)
+        assert _wait(lambda: len(ticks) > n), "no tick after re-subscribing"
+        assert _wait(lambda: (client.publish(channel, "v2"), "v2" in got)[1])  # it listens again
+    finally:
+        w.stop()
+    assert not w.is_alive()
+
+
+def test_one_prefix_for_every_key():
+    k = Keys("p:")
+    names = [k.versions, k.version("v"), k.pointers, k.channel, k.log, k.lock, k.requests, k.runs, k.drift,
+             k.drift_cooldown, k.thresholds("v"), k.thresholds_audit("v"), k.thresholds_channel]
+    assert all(n.startswith("p:") for n in names) and len(set(names)) == len(names)

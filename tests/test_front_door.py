@@ -1,0 +1,219 @@
+"""The front door as a new user meets it: fast help, --version, pipes, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "pyarrow", "numpy", "redis", "kafka", "sklearn", "river", "matplotlib")
+
+
+def kdsm_proc(*args, env=None, **kw) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "streamer", *args], capture_output=True, text=True, env=e, cwd=ROOT,
+                          timeout=kw.pop("timeout", 120), **kw)
+
+
+def test_help_loads_no_heavy_module():
+    """`kdsm --help` took 9.6 s importing torch, pyarrow, river...: the parser needs none of them."""
+    code = ("import sys\nfrom streamer.ops.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "usage: kdsm" in r.stdout and "LOADED []" in r.stdout, r.stdout[-300:]
+
+
+def test_subcommand_help_is_light_too_and_bench_help_is_complete():
+    r = kdsm_proc("stream", "--help")
+    assert r.returncode == 0 and "--model" in r.stdout
+    r = kdsm_proc("bench", "--help")
+    assert r.returncode == 0 and all(b in r.stdout for b in ("train", "adbench", "stream", "lifecycle"))
+
+
+def test_version():
+    r = kdsm_proc("--version")
+    assert r.returncode == 0 and r.stdout.startswith("kdsm ") and len(r.stdout.split()) >= 2
+
+
+def _closed_stdout(*args) -> tuple[int, str]:
+    e = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "streamer", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=e, cwd=ROOT)
+    p.stdout.close()  # the reader is gone before the first write, as with `| head -0`
+    err = p.stderr.read()
+    return p.wait(timeout=60), err
+
+
+def test_a_closed_pipe_ends_quietly():
+    for args in (("config", "show"), ("--help",)):
+        code, err = _closed_stdout(*args)
+        assert "Traceback" not in err and "BrokenPipeError" not in err, err
+        assert code == (141 if args[0] == "config" else 0), (args, code, err)  # argparse's help ignores the closed pipe
+
+
+# ----------------------------------------------------------------------------- unreachable services
+def _error_lines(stderr: str) -> list[str]:
+    """stderr lines that are not JSON log events."""
+    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("{")]
+
+
+def _down_port() -> int:
+    from streamer.dev.local_services import free_port
+
+    return free_port()  # nothing listens there
+
+
+def test_unreachable_kafka_is_one_line_within_the_connect_timeout(redis_url, tiny_model_dir):
+    port = _down_port()
+    env = {"KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{port}", "KDSM_KAFKA__CONNECT_TIMEOUT_S": "2",
+           "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    for args in (("stream", "--model", str(tiny_model_dir)),
+                 ("replay", "--data", "offline_train/bundled/cardio.parquet", "--limit", "5")):
+        t0 = time.monotonic()
+        r = kdsm_proc(*args, env=env)
+        took = time.monotonic() - t0
+        assert r.returncode == 2, (args, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and f"Kafka at 127.0.0.1:{port} is unreachable" in lines[0], lines
+        assert took < 30, f"{args[0]} took {took:.0f} s with a 2 s connect timeout"
+
+
+def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
+    port = _down_port()
+    env = {"KDSM_REDIS__URL": f"redis://:secret@127.0.0.1:{port}/0", "KDSM_REGISTRY__STORE_DIR": str(tmp_path / "store")}
+    for args in (("models", "list"), ("models", "rollback"), ("retrain",), ("retrain", "--request"),
+                 ("thresholds", "show", "--model", str(tiny_model_dir))):
+        r = kdsm_proc(*args, env=env)
+        assert r.returncode == 2, (args, r.returncode, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr, r.stderr[-2000:]
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and f"Redis at redis://:***@127.0.0.1:{port}/0 is unreachable" in lines[0], (args, lines)
+        assert "secret" not in r.stderr
+
+
+def test_sigterm_while_waiting_for_kafka_stops_at_once(redis_url, tiny_model_dir):
+    port = _down_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{port}",
+           "KDSM_KAFKA__CONNECT_TIMEOUT_S": "120", "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    p = subprocess.Popen([sys.executable, "-m", "streamer", "stream", "--model", str(tiny_model_dir), "--log-level", "DEBUG"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        seen = []
+        for line in p.stderr:  # kafka-python's first bootstrap attempt: the signal handlers are in place
+            seen.append(line)
+            if '"logger": "kafka' in line:
+                break
+        else:
+            raise AssertionError("".join(seen)[-2000:])
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        rest = p.communicate(timeout=30)[1]
+        assert time.monotonic() - t0 < 10
+        assert p.returncode == 130 and "Traceback" not in rest, (p.returncode, rest[-2000:])
+        assert "interrupted" in rest
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+# ----------------------------------------------------------------------------- devices and outputs
+def test_cuda_without_cuda_is_one_line(tiny_model_dir, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    data = "offline_train/bundled/cardio.parquet"
+    for args, env in ((("train", "--data", data, "--out", str(tmp_path / "m"), "--steps", "5", "--device", "cuda"), {}),
+                      (("train", "--data", data, "--out", str(tmp_path / "m"), "--steps", "5", "--device", "cuda:x"), {}),
+                      (("stream", "--model", str(tiny_model_dir)), {"KDSM_STREAM__DEVICE": "cuda"})):
+        r = kdsm_proc(*args, env=env)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+        lines = _error_lines(r.stderr)
+        assert len(lines) == 1 and "device 'cuda" in lines[0], lines
+    assert not (tmp_path / "m").exists()
+
+
+def test_train_checks_out_before_training_and_overwrites_only_with_force(tmp_path, tiny_model_dir):
+    data = "offline_train/bundled/cardio.parquet"
+    a_file = tmp_path / "model.bin"
+    a_file.write_text("not an artifact")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("precious")
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    before = (model / "metadata.json").read_text()
+    for out, why in ((a_file, "is a file"), (other, "holds other files"), (model, "--force")):
+        t0 = time.monotonic()
+        r = kdsm_proc("train", "--data", data, "--out", str(out), "--steps", "2000")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert why in r.stderr and "trained:" not in r.stdout  # refused before any training
+        assert time.monotonic() - t0 < 30
+    r = kdsm_proc("train", "--data", data, "--out", str(other), "--steps", "5", "--force")
+    assert r.returncode == 2 and (other / "keep.txt").read_text() == "precious"  # --force replaces artifacts only
+    assert (model / "metadata.json").read_text() == before
+    r = kdsm_proc("train", "--data", data, "--out", str(model), "--steps", "5", "--force",
+                  env={"KDSM_MODEL__WIDTH": "32", "KDSM_MODEL__DEPTH": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (model / "metadata.json").read_text() != before
+
+
+# ----------------------------------------------------------------------------- environment
+def test_a_misspelt_environment_variable_is_reported():
+    r = kdsm_proc("config", "show", env={"KDSM_KAFKA__BOOTSTRAPP": "broker:9092"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and "KDSM_KAFKA__BOOTSTRAPP (did you mean KDSM_KAFKA__BOOTSTRAP?)" in lines[0], lines
+    r = kdsm_proc("config", "show", env={"KDSM_REDIS_URL": "redis://x:1/0"})  # one underscore: ignored before
+    assert r.returncode == 2 and "did you mean KDSM_REDIS__URL?" in r.stderr
+    # the right names, a dict key below a section, and tool variables without a section pass
+    r = kdsm_proc("config", "show", env={"KDSM_KAFKA__BOOTSTRAP": "broker:9092", "KDSM_TEST_SOMETHING": "1",
+                                         "KDSM_CALIBRATION__SEVERITIES__WARNING": "0.95"})
+    assert r.returncode == 0 and "broker:9092" in r.stdout, r.stderr
+
+
+# ----------------------------------------------------------------------------- help texts
+def _walk(parser, path=("kdsm",)):
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _walk(sub, (*path, name))
+
+
+def test_every_option_has_help_with_its_default_and_no_description_is_cut_off():
+    import argparse
+
+    from streamer.ops.cli import build_parser
+
+    bad = []
+    for path, parser in _walk(build_parser()):
+        cmd = " ".join(path)
+        if parser.description and parser.description.rstrip()[-1] not in ".)":
+            bad.append(f"{cmd}: description ends mid-sentence: ...{parser.description[-40:]!r}")
+        for a in parser._actions:
+            if not a.option_strings or a.dest in ("help", "version"):
+                continue
+            if not a.help:
+                bad.append(f"{cmd} {a.option_strings[-1]}: no help")
+            elif a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help:
+                bad.append(f"{cmd} {a.option_strings[-1]}: default {a.default!r} not shown")
+    assert not bad, "\n".join(bad)
+    r = kdsm_proc("thresholds", "set", "--help")
+    assert "{warning,critical,...}" in r.stdout
+    r = kdsm_proc("bench", "stream", "--help")
+    assert "(target >= 0.7)." in " ".join(r.stdout.split())

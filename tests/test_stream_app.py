@@ -1,0 +1,39 @@
+"""The loop's own objects, without a broker: what building them does to the process and the pending batch's shape."""
+
+from concurrent.futures import Future
+
+import torch
+
+from offline_train.config import load_settings
+from streamer.config import Settings
+from streamer.pipeline.app import Pending, StreamApp
+from streamer.pipeline.provider import StaticModelProvider
+from streamer.pipeline.scorer import Scorer
+
+
+def test_building_a_scorer_or_an_app_leaves_torch_threads_alone(tiny_model_dir):
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    s = load_settings(Settings, stream={"threads": other})
+    Scorer(top_features=3)
+    StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    assert torch.get_num_threads() == before
+
+
+def test_configure_process_applies_stream_threads():
+    from streamer.service import configure_process
+
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    try:
+        configure_process(load_settings(Settings, stream={"threads": other}))
+        assert torch.get_num_threads() == other
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_pending_batch_is_a_typed_record():
+    fields = set(Pending.__dataclass_fields__)
+    assert fields == {"records", "model", "thresholds", "decoded", "scores", "t0"}
+    p = Pending(records=None, model=None, thresholds={"warning": 1.0}, decoded=None, scores=Future(), t0=0.0)
+    assert p.thresholds["warning"] == 1.0
