@@ -63,6 +63,18 @@ class Explanation:
     expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
 
 
+def _every_tenth(steps: int, phase):
+    """A loss-curve hook that tells ``phase`` about training once per tenth of the steps."""
+    mark = [0]
+
+    def on_log(step: int, loss: float) -> None:
+        if step * 10 >= (mark[0] + 1) * steps:
+            mark[0] = step * 10 // steps
+            phase(f"training: step {step}/{steps} ({mark[0] * 10}%), loss {loss:.3f}")
+
+    return on_log
+
+
 class KDSM(BaseEstimator):
     """Kurtosis-guided denoising score matching anomaly detector.
 
@@ -143,12 +155,16 @@ class KDSM(BaseEstimator):
         self._set_training_scores(X)
         return self
 
-    def fit_source(self, source: ParquetSource, progress: bool = False) -> KDSM:
+    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None) -> KDSM:
         """Fit from Parquet: scaler and sigmas stream over record batches; the network trains on a sample.
 
         The calibration holdout is drawn before any statistic, so its rows
-        never shape the scaler, the sigmas or the network.
+        never shape the scaler, the sigmas or the network. ``on_phase(text)``,
+        if given, hears each phase (reading, sigma passes, sampling, training
+        with a line every 10% of the steps, calibration): the job's progress
+        lines where no progress bar can show (not a TTY).
         """
+        phase = on_phase or (lambda text: None)
         d = len(source.features)
         holdout = self._holdout_mask_fn()
 
@@ -159,6 +175,7 @@ class KDSM(BaseEstimator):
                 offset += len(Xb)
                 yield Xb[keep]
 
+        phase("reading: pass 1 of 5 (column moments)")
         moments = ColumnMoments.empty(d)
         for Xb in train_batches():
             moments.update(Xb)
@@ -166,7 +183,9 @@ class KDSM(BaseEstimator):
             raise DataError(f"too few usable rows to train in {source.path}: {moments.n} "
                             f"({source.rows_read} read, {source.rows_skipped} with missing or non-finite features)")
         scaler = Scaler.from_moments(moments, self.scale_discrete)
+        phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram)")
         sig = KurtosisSigmas.from_config(self.sigma_config).fit_batches(train_batches, scaler)
+
         def split_batches(want_holdout: bool):
             offset = 0
             for Xb, _ in source.batches():
@@ -174,12 +193,13 @@ class KDSM(BaseEstimator):
                 offset += len(Xb)
                 yield Xb[m if want_holdout else ~m], None
 
+        phase(f"sampling: pass 5 of 5 (at most {self.max_train_rows} training rows)")
         train_X, _ = bounded_sample(split_batches(False), self.max_train_rows, self.train_config.seed)
         cal_X, _ = bounded_sample(split_batches(True), self.max_train_rows, self.train_config.seed)
         cal_X = cal_X if cal_X.size else train_X[:0]
         self.data_summary_ = {"rows_read": source.rows_read, "rows_skipped": source.rows_skipped,
                               "train_rows": int(len(train_X)), "calibration_rows": int(len(cal_X))}
-        self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress)
+        self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress, phase)
         self._set_training_scores(train_X)  # the in-memory training sample, not every row of the source
         return self
 
@@ -209,7 +229,8 @@ class KDSM(BaseEstimator):
             return X, X[:0]
         return X[~mask], X[mask]
 
-    def _fit_network(self, train_X, cal_X, scaler: Scaler, sig: KurtosisSigmas, names: list[str], progress: bool) -> KDSM:
+    def _fit_network(self, train_X, cal_X, scaler: Scaler, sig: KurtosisSigmas, names: list[str], progress: bool,
+                     phase=lambda text: None) -> KDSM:
         t, ema = self.train_config, self.ema_config
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -224,6 +245,7 @@ class KDSM(BaseEstimator):
         Z = scaler.transform(train_X)
         steps = t.budget(len(Z))
         rows, refine = None, None
+        phase(f"training: {steps} steps on {len(Z)} rows")
         if self.refine_config.enabled:
             refine = Refinement(self.refine_config, Z, steps, t.seed, self.device_)
             rows = refine.start_rows()
@@ -232,10 +254,12 @@ class KDSM(BaseEstimator):
             weight_decay=t.weight_decay, ema=ema.enabled, ema_decay=ema.decay,
             ema_percentile=ema.percentile, ema_buffers=ema.average_buffers, precision=t.precision,
             device=self.device_, seed=t.seed, progress=progress, rows=rows,
-            reselect=refine, reselect_at=refine.at if refine else ())
+            reselect=refine, reselect_at=refine.at if refine else (),
+            on_log=None if progress else _every_tenth(steps, phase))
         if refine is not None:
             self.train_summary_.refine = refine.summary()
         self.net_.eval()
+        phase("calibrating: thresholds from held-out scores")
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
         cal_scores = self.decision_function(cal_X if len(cal_X) else train_X)

@@ -58,7 +58,7 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
                            label_column=dc.label_column, batch_rows=dc.batch_rows,
                            max_skipped_fraction=dc.max_skipped_fraction)  # checked at the end of the first pass
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
-    det = KDSM.from_settings(settings).fit_source(source, progress=progress)
+    det = KDSM.from_settings(settings).fit_source(source, progress=progress, on_phase=log)
     if source.rows_skipped:
         log(f"data: skipped {source.rows_skipped} of {source.rows_read} rows ({source.rows_skipped / source.rows_read:.1%}): "
             f"a feature is missing or non-finite (NaN/inf); bound data.max_skipped_fraction = {dc.max_skipped_fraction:g}")

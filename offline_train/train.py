@@ -64,11 +64,12 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
                     ema_decay: float = 0.999, ema_percentile: float = 80.0, ema_buffers: bool = False,
                     precision: str = "auto", device: torch.device | str = "cpu", seed: int = 0,
                     progress: bool = False, log_every: int = 50, on_filter=None,
-                    fused_adam: bool = True, rows: np.ndarray | None = None,
+                    fused_adam: bool = True, rows: np.ndarray | None = None, on_log=None,
                     reselect=None, reselect_at: tuple[int, ...] = ()) -> TrainSummary:
     """Train ``net`` in place on standardised rows ``X``; returns what happened.
 
-    ``on_filter(row_indices, kept_mask)``, if given, sees each EMA filtering decision.
+    ``on_filter(row_indices, kept_mask)``, if given, sees each EMA filtering decision;
+    ``on_log(step, mean_loss)`` each loss-curve point (every ``log_every`` steps).
     ``rows``: the indices of ``X`` to train on first (default: all). At each
     step in ``reselect_at``, ``reselect(net)`` (net in eval mode) returns the
     indices to train on from then on: the refinement rounds of
@@ -136,6 +137,8 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
             k = log_every if step % log_every == 0 else step % log_every
             curve.append((step, float(running) / k))
             running.zero_()
+            if on_log is not None:
+                on_log(*curve[-1])
             bar.set_postfix(loss=f"{curve[-1][1]:.3f}")
         bar.update(1)
     bar.close()
