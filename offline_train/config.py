@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
@@ -77,6 +77,23 @@ class EMAConfig(Section):
     decay: float = Field(0.999, gt=0, lt=1, description="decay of the EMA teacher's weights")
     percentile: float = Field(80.0, gt=0, le=100, description="rows of each batch the teacher scores above this percentile are left out of the step")
     average_buffers: bool = Field(False, description="also average BatchNorm running stats (reference code: no)")
+
+
+class RefineConfig(Section):
+    """Which rows the network learns from on contaminated history (``offline_train.refine``)."""
+
+    enabled: bool = Field(True, description="warm start from an isolation forest's core, then refinement rounds; false = every row (the published method)")
+    start_keep: float = Field(0.5, gt=0, le=1, description="share of rows, least anomalous first by an isolation forest, the network learns from first")
+    rounds: int = Field(3, ge=0, description="refinement rounds (evenly spaced over the step budget): rescore every row, keep the normal-looking ones")
+    keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
+    max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
+
+    @field_validator("keep")
+    @classmethod
+    def _keep_share(cls, v):
+        if v != "auto" and not 0 < v <= 1:
+            raise ValueError("keep must be a share in (0, 1] or 'auto'")
+        return v
 
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -217,6 +234,7 @@ class TrainSettings(KDSMSettings):
     sigma: SigmaConfig = SigmaConfig()
     model: ModelConfig = ModelConfig()
     ema: EMAConfig = EMAConfig()
+    refine: RefineConfig = RefineConfig()
     train: OptimConfig = OptimConfig()
     calibration: CalibrationConfig = CalibrationConfig()
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator
 
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
 from .calibrate import Calibration, severity_of
@@ -32,11 +33,13 @@ from .config import (
     EMAConfig,
     ModelConfig,
     OptimConfig,
+    RefineConfig,
     SigmaConfig,
     TrainSettings,
 )
 from .data import DataError, ParquetSource, bounded_sample
 from .model import ScoreNet, resolve_device
+from .refine import Refinement
 from .scaler import ColumnMoments, Scaler
 from .sigmas import KurtosisSigmas
 from .train import TrainSummary, train_score_net
@@ -60,30 +63,76 @@ class Explanation:
     expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
 
 
-class KDSM:
+def _every_tenth(steps: int, phase):
+    """A loss-curve hook that tells ``phase`` about training once per tenth of the steps."""
+    mark = [0]
+
+    def on_log(step: int, loss: float) -> None:
+        if step * 10 >= (mark[0] + 1) * steps:
+            mark[0] = step * 10 // steps
+            phase(f"training: step {step}/{steps} ({mark[0] * 10}%), loss {loss:.3f}")
+
+    return on_log
+
+
+class KDSM(BaseEstimator):
     """Kurtosis-guided denoising score matching anomaly detector.
 
     Parameters are the config sections of ``offline_train.config``; see
-    DESIGN 3 for the method. ``ema.enabled`` turns on the EMA-teacher filter
-    (K-DSM-EMA) for contaminated training data; ``sigma.mode="global"`` gives
+    DESIGN 3 for the method. ``None`` means the section's defaults, which are
+    what ``kdsm train`` ships (``TrainSettings()``). ``ema.enabled`` turns the
+    EMA-teacher filter (K-DSM-EMA) on or off; ``sigma.mode="global"`` gives
     plain single-scale DSM.
+
+    The scikit-learn / PyOD estimator contract: ``__init__`` only stores its
+    arguments, defaults are resolved in ``fit`` (``get_params``/``set_params``
+    and ``sklearn.base.clone`` work), learned state ends in ``_``, and after
+    ``fit`` there are ``decision_scores_`` (the training rows' scores) and
+    ``labels_`` (0/1 at the warning threshold), as in PyOD.
     """
 
     def __init__(self, sigma: SigmaConfig | None = None, model: ModelConfig | None = None,
                  ema: EMAConfig | None = None, train: OptimConfig | None = None,
                  calibration: CalibrationConfig | None = None, scale_discrete: bool = False,
-                 max_train_rows: int = 200_000):
-        self.sigma = sigma or SigmaConfig()
-        self.model = model or ModelConfig()
-        self.ema = ema or EMAConfig(enabled=False)
-        self.train = train or OptimConfig()
-        self.calibration = calibration or CalibrationConfig()
+                 max_train_rows: int = 200_000, refine: RefineConfig | None = None):
+        self.sigma = sigma
+        self.model = model
+        self.ema = ema
+        self.refine = refine
+        self.train = train
+        self.calibration = calibration
         self.scale_discrete = scale_discrete
         self.max_train_rows = max_train_rows
 
     @classmethod
     def from_settings(cls, s: TrainSettings) -> KDSM:
-        return cls(s.sigma, s.model, s.ema, s.train, s.calibration, s.data.scale_discrete, s.data.max_train_rows)
+        return cls(s.sigma, s.model, s.ema, s.train, s.calibration, s.data.scale_discrete, s.data.max_train_rows,
+                   s.refine)
+
+    # The resolved config sections: the parameter, or the default ``kdsm train`` uses.
+    @property
+    def sigma_config(self) -> SigmaConfig:
+        return self.sigma if self.sigma is not None else SigmaConfig()
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return self.model if self.model is not None else ModelConfig()
+
+    @property
+    def ema_config(self) -> EMAConfig:
+        return self.ema if self.ema is not None else EMAConfig()
+
+    @property
+    def refine_config(self) -> RefineConfig:
+        return self.refine if self.refine is not None else RefineConfig()
+
+    @property
+    def train_config(self) -> OptimConfig:
+        return self.train if self.train is not None else OptimConfig()
+
+    @property
+    def calibration_config(self) -> CalibrationConfig:
+        return self.calibration if self.calibration is not None else CalibrationConfig()
 
     # ----------------------------------------------------------------- fitting
     def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False,
@@ -101,15 +150,21 @@ class KDSM:
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
         train_X, cal_X = self._holdout_split(X)
         scaler = scaler or Scaler.fit(train_X, self.scale_discrete)
-        sig = KurtosisSigmas.from_config(self.sigma).fit(train_X, scaler)
-        return self._fit_network(train_X, cal_X, scaler, sig, names, progress)
+        sig = KurtosisSigmas.from_config(self.sigma_config).fit(train_X, scaler)
+        self._fit_network(train_X, cal_X, scaler, sig, names, progress)
+        self._set_training_scores(X)
+        return self
 
-    def fit_source(self, source: ParquetSource, progress: bool = False) -> KDSM:
+    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None) -> KDSM:
         """Fit from Parquet: scaler and sigmas stream over record batches; the network trains on a sample.
 
         The calibration holdout is drawn before any statistic, so its rows
-        never shape the scaler, the sigmas or the network.
+        never shape the scaler, the sigmas or the network. ``on_phase(text)``,
+        if given, hears each phase (reading, sigma passes, sampling, training
+        with a line every 10% of the steps, calibration): the job's progress
+        lines where no progress bar can show (not a TTY).
         """
+        phase = on_phase or (lambda text: None)
         d = len(source.features)
         holdout = self._holdout_mask_fn()
 
@@ -120,6 +175,7 @@ class KDSM:
                 offset += len(Xb)
                 yield Xb[keep]
 
+        phase("reading: pass 1 of 5 (column moments)")
         moments = ColumnMoments.empty(d)
         for Xb in train_batches():
             moments.update(Xb)
@@ -127,7 +183,9 @@ class KDSM:
             raise DataError(f"too few usable rows to train in {source.path}: {moments.n} "
                             f"({source.rows_read} read, {source.rows_skipped} with missing or non-finite features)")
         scaler = Scaler.from_moments(moments, self.scale_discrete)
-        sig = KurtosisSigmas.from_config(self.sigma).fit_batches(train_batches, scaler)
+        phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram)")
+        sig = KurtosisSigmas.from_config(self.sigma_config).fit_batches(train_batches, scaler)
+
         def split_batches(want_holdout: bool):
             offset = 0
             for Xb, _ in source.batches():
@@ -135,19 +193,27 @@ class KDSM:
                 offset += len(Xb)
                 yield Xb[m if want_holdout else ~m], None
 
-        train_X, _ = bounded_sample(split_batches(False), self.max_train_rows, self.train.seed)
-        cal_X, _ = bounded_sample(split_batches(True), self.max_train_rows, self.train.seed)
+        phase(f"sampling: pass 5 of 5 (at most {self.max_train_rows} training rows)")
+        train_X, _ = bounded_sample(split_batches(False), self.max_train_rows, self.train_config.seed)
+        cal_X, _ = bounded_sample(split_batches(True), self.max_train_rows, self.train_config.seed)
         cal_X = cal_X if cal_X.size else train_X[:0]
         self.data_summary_ = {"rows_read": source.rows_read, "rows_skipped": source.rows_skipped,
                               "train_rows": int(len(train_X)), "calibration_rows": int(len(cal_X))}
-        return self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress)
+        self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress, phase)
+        self._set_training_scores(train_X)  # the in-memory training sample, not every row of the source
+        return self
+
+    def _set_training_scores(self, X: np.ndarray) -> None:
+        """PyOD's ``decision_scores_`` and ``labels_`` (1 = at or above the warning threshold)."""
+        self.decision_scores_ = self.decision_function(X)
+        self.labels_ = (self.decision_scores_ >= self.threshold_).astype(np.int64)
 
     def _holdout_mask_fn(self):
         """Row i (in stored order) is held out iff a seeded hash of i falls under ``holdout``.
 
         A pure function of the row index, so every streaming pass agrees on it.
         """
-        frac, seed = self.calibration.holdout, self.train.seed
+        frac, seed = self.calibration_config.holdout, self.train_config.seed
 
         def mask(offset: int, n: int) -> np.ndarray:
             idx = np.arange(offset, offset + n, dtype=np.uint64)
@@ -163,8 +229,9 @@ class KDSM:
             return X, X[:0]
         return X[~mask], X[mask]
 
-    def _fit_network(self, train_X, cal_X, scaler: Scaler, sig: KurtosisSigmas, names: list[str], progress: bool) -> KDSM:
-        t = self.train
+    def _fit_network(self, train_X, cal_X, scaler: Scaler, sig: KurtosisSigmas, names: list[str], progress: bool,
+                     phase=lambda text: None) -> KDSM:
+        t, ema = self.train_config, self.ema_config
         if t.threads:
             torch.set_num_threads(t.threads)
         self.device_ = resolve_device(t.device)
@@ -173,20 +240,30 @@ class KDSM:
         self.scaler_, self.sigmas_, self.kappas_ = scaler, sig.sigmas_, sig.kappas_
         torch.manual_seed(t.seed)
         # The profile sizes the network unless the model config sets width/depth itself.
-        self.model_ = t.model_for(self.model)
+        self.model_ = t.model_for(self.model_config)
         self.net_ = ScoreNet.from_config(len(names), self.model_)
         Z = scaler.transform(train_X)
         steps = t.budget(len(Z))
+        rows, refine = None, None
+        phase(f"training: {steps} steps on {len(Z)} rows")
+        if self.refine_config.enabled:
+            refine = Refinement(self.refine_config, Z, steps, t.seed, self.device_)
+            rows = refine.start_rows()
         self.train_summary_: TrainSummary = train_score_net(
             Z, self.sigmas_, self.net_, steps=steps, batch_size=t.batch_size, copies=t.noise_copies, lr=t.lr,
-            weight_decay=t.weight_decay, ema=self.ema.enabled, ema_decay=self.ema.decay,
-            ema_percentile=self.ema.percentile, ema_buffers=self.ema.average_buffers, precision=t.precision,
-            device=self.device_, seed=t.seed, progress=progress)
+            weight_decay=t.weight_decay, ema=ema.enabled, ema_decay=ema.decay,
+            ema_percentile=ema.percentile, ema_buffers=ema.average_buffers, precision=t.precision,
+            device=self.device_, seed=t.seed, progress=progress, rows=rows,
+            reselect=refine, reselect_at=refine.at if refine else (),
+            on_log=None if progress else _every_tenth(steps, phase))
+        if refine is not None:
+            self.train_summary_.refine = refine.summary()
         self.net_.eval()
+        phase("calibrating: thresholds from held-out scores")
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
         cal_scores = self.decision_function(cal_X if len(cal_X) else train_X)
-        self.calibration_ = Calibration.fit(cal_scores, self.calibration.severities)
+        self.calibration_ = Calibration.fit(cal_scores, self.calibration_config.severities)
         self.version_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         return self
 
@@ -208,8 +285,13 @@ class KDSM:
     def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
         """Scores and the raw network outputs f(x) for raw rows ``X``, in eval mode (batch-invariant)."""
         X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+        if X.ndim != 2:
+            raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}. Reshape your data "
+                             "with X.reshape(1, -1) for a single row")
+        if X.shape[1] != self.n_features_in_:
             raise ValueError(f"expected {self.n_features_in_} features, got shape {X.shape}")
+        if not np.isfinite(X).all():  # the streamer dead-letters such rows before they get here
+            raise ValueError("X contains NaN or infinite values")
         Z = self.standardise(X).astype(np.float32)
         outs = []
         cuda = self.device_.type == "cuda"
@@ -235,6 +317,10 @@ class KDSM:
         t = self.thresholds_[severity] if severity else self.threshold_
         return (self.decision_function(X) >= t).astype(np.int64)
 
+    def fit_predict(self, X: np.ndarray, y=None) -> np.ndarray:
+        """``fit(X)`` then the 0/1 labels of the training rows (PyOD's convention: 1 = outlier)."""
+        return self.fit(X).labels_
+
     def p_values(self, scores: np.ndarray) -> np.ndarray:
         return self.calibration_.p_values(scores)
 
@@ -249,7 +335,7 @@ class KDSM:
         X = np.asarray(X, dtype=np.float64)
         F = self.score_outputs(X)[1] if outputs is None else outputs
         F = F.astype(np.float64)
-        k = min(top_k or self.calibration.top_features, self.n_features_in_)
+        k = min(top_k or self.calibration_config.top_features, self.n_features_in_)
         sq = F**2
         total = sq.sum(axis=1, keepdims=True)
         share = np.divide(sq, total, out=np.zeros_like(sq), where=total > 0)
@@ -273,14 +359,15 @@ class KDSM:
             "scaler": self.scaler_.to_dict(),
             "sigmas": self.sigmas_.tolist(),
             "kappas": self.kappas_.tolist(),
-            "sigma_config": self.sigma.model_dump(),
+            "sigma_config": self.sigma_config.model_dump(),
             "model_config": {"d": self.n_features_in_, **self.model_.model_dump()},
-            "ema_config": self.ema.model_dump(),
-            "train_config": self.train.model_dump(),
+            "ema_config": self.ema_config.model_dump(),
+            "refine_config": self.refine_config.model_dump(),
+            "train_config": self.train_config.model_dump(),
             "thresholds": self.thresholds_,
             "quantiles": self.calibration_.quantiles,
             "calibration": {"source": self.calibration_source_, "n": int(len(self.calibration_.scores)),
-                            "top_features": self.calibration.top_features},
+                            "top_features": self.calibration_config.top_features},
             "train_summary": self.train_summary_.to_dict(),
             "data_summary": getattr(self, "data_summary_", None),
             **(extra or {}),
@@ -295,7 +382,8 @@ class KDSM:
             mc = dict(meta["model_config"])
             d = int(mc.pop("d"))
             det = cls(sigma=SigmaConfig(**meta["sigma_config"]), model=ModelConfig(**mc),
-                      ema=EMAConfig(**meta["ema_config"]), train=OptimConfig(**{**meta["train_config"], "device": device}),
+                      ema=EMAConfig(**meta["ema_config"]),
+                      refine=RefineConfig(**meta.get("refine_config", {"enabled": False})), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
             det.feature_names_ = list(meta["features"])
             det.n_features_in_ = d

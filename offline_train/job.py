@@ -58,13 +58,17 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
                            label_column=dc.label_column, batch_rows=dc.batch_rows,
                            max_skipped_fraction=dc.max_skipped_fraction)  # checked at the end of the first pass
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
-    det = KDSM.from_settings(settings).fit_source(source, progress=progress)
+    det = KDSM.from_settings(settings).fit_source(source, progress=progress, on_phase=log)
     if source.rows_skipped:
         log(f"data: skipped {source.rows_skipped} of {source.rows_read} rows ({source.rows_skipped / source.rows_read:.1%}): "
             f"a feature is missing or non-finite (NaN/inf); bound data.max_skipped_fraction = {dc.max_skipped_fraction:g}")
     ts = det.train_summary_
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
+    if ts.refine:
+        log(f"refined: contamination estimate {ts.refine['contamination_estimate']:.1%} (isolation forest); "
+            f"warm start on the {ts.refine['start_keep']:.0%} core, then {ts.refine['rounds']} rounds on the "
+            f"{ts.refine['keep']:.1%} of rows the network finds most normal")
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
                "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist(), strict=True)),
                "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,

@@ -19,7 +19,7 @@ def write_report(out_dir: Path, summary: dict, det) -> dict[str, str]:
 
     fig, ax = plt.subplots(figsize=(max(6, 0.25 * len(det.sigmas_)), 3.5))
     ax.bar(range(len(det.sigmas_)), det.sigmas_, color="tab:blue")
-    ax.axhline(det.sigma.base, color="grey", ls="--", lw=1, label=f"sigma_base={det.sigma.base}")
+    ax.axhline(det.sigma_config.base, color="grey", ls="--", lw=1, label=f"sigma_base={det.sigma_config.base}")
     ax.set_xticks(range(len(det.sigmas_)), det.feature_names_, rotation=90, fontsize=7)
     ax.set_ylabel("sigma (standardised units)")
     ax.set_title("Per-feature noise scale from kurtosis")

@@ -33,6 +33,7 @@ class TrainSummary:
     filtered_fraction: float | None
     final_loss: float
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    refine: dict | None = None  # warm start and refinement rounds (offline_train.refine), when on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,10 +64,16 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
                     ema_decay: float = 0.999, ema_percentile: float = 80.0, ema_buffers: bool = False,
                     precision: str = "auto", device: torch.device | str = "cpu", seed: int = 0,
                     progress: bool = False, log_every: int = 50, on_filter=None,
-                    fused_adam: bool = True) -> TrainSummary:
+                    fused_adam: bool = True, rows: np.ndarray | None = None, on_log=None,
+                    reselect=None, reselect_at: tuple[int, ...] = ()) -> TrainSummary:
     """Train ``net`` in place on standardised rows ``X``; returns what happened.
 
-    ``on_filter(row_indices, kept_mask)``, if given, sees each EMA filtering decision.
+    ``on_filter(row_indices, kept_mask)``, if given, sees each EMA filtering decision;
+    ``on_log(step, mean_loss)`` each loss-curve point (every ``log_every`` steps).
+    ``rows``: the indices of ``X`` to train on first (default: all). At each
+    step in ``reselect_at``, ``reselect(net)`` (net in eval mode) returns the
+    indices to train on from then on: the refinement rounds of
+    ``offline_train.refine``.
     """
     device = torch.device(device)
     torch.manual_seed(seed)
@@ -78,7 +85,8 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
 
     data = torch.as_tensor(X, dtype=torch.float32, device=device)
     sig = torch.as_tensor(sigmas, dtype=torch.float32, device=device)
-    n = len(data)
+    active = torch.as_tensor(np.arange(len(X)) if rows is None else rows, dtype=torch.long)
+    n = len(active)
     net.to(device).train()
     opt = _adam(net.parameters(), lr, weight_decay, fused_adam)
     teacher = None
@@ -89,12 +97,18 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
         s_bufs = [b for b in net.buffers() if b.is_floating_point()]
 
     curve, running, kept_rows, seen_rows = [], torch.zeros((), device=device), 0, 0
-    perm, cursor = torch.randperm(n, generator=gen), 0
+    perm, cursor = active[torch.randperm(n, generator=gen)], 0
     bar = tqdm(total=steps, disable=not progress, desc="train", unit="step", leave=False)
     start = time.perf_counter()
     for step in range(1, steps + 1):
+        if step in reselect_at:  # a refinement round: score every row, train on the chosen ones from now on
+            net.eval()
+            active = torch.as_tensor(reselect(net), dtype=torch.long)
+            net.train()
+            n = len(active)
+            cursor = n  # past the end: reshuffle the new rows below
         if cursor >= n:  # new epoch: reshuffle, like a DataLoader with shuffle=True
-            perm, cursor = torch.randperm(n, generator=gen), 0
+            perm, cursor = active[torch.randperm(n, generator=gen)], 0
         idx = perm[cursor:cursor + batch_size].to(device)
         cursor += batch_size
         xb = data[idx]
@@ -123,13 +137,15 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
             k = log_every if step % log_every == 0 else step % log_every
             curve.append((step, float(running) / k))
             running.zero_()
+            if on_log is not None:
+                on_log(*curve[-1])
             bar.set_postfix(loss=f"{curve[-1][1]:.3f}")
         bar.update(1)
     bar.close()
     seconds = time.perf_counter() - start
     net.eval()
     return TrainSummary(
-        steps=steps, epochs=steps * batch_size / max(n, 1), seconds=round(seconds, 3),
+        steps=steps, epochs=steps * batch_size / max(len(X), 1), seconds=round(seconds, 3),
         steps_per_second=round(steps / max(seconds, 1e-9), 2), precision="bf16" if use_bf16 else "fp32",
         device=str(device), ema=ema,
         filtered_fraction=(1.0 - kept_rows / seen_rows) if seen_rows else None,

@@ -96,3 +96,24 @@ def test_cli_end_to_end_on_real_datasets(tmp_path, monkeypatch, capsys):
 def test_cli_rejects_unknown_method(tmp_path, capsys):
     assert main(["bench", "adbench", "--data-dir", str(tmp_path), "--methods", "kdsm,nope", "--out", str(tmp_path / "o")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_default_method_is_kdsm_train_default_and_compare_reads_the_csv(tmp_path, monkeypatch, capsys):
+    """``default`` is what ``kdsm train`` ships (refinement on); ``kdsm bench compare`` puts it beside the others."""
+    for k, v in TINY.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "bench"
+    argv = ["bench", "adbench", "--data-dir", str(ADBENCH), "--datasets", "glass,45_wine", "--setting", "unsup",
+            "--methods", "default,kdsm-ema,iforest", "--out", str(out)]
+    assert main(argv) == 0
+    rows = read_rows(out / "results.csv")
+    kept = {r["method"]: r["kept_fraction"] for r in rows if r["dataset"] == "14_glass"}
+    assert 0.5 <= float(kept["default"]) < 1 and kept["kdsm-ema"] == ""  # the published method trains on every row
+    capsys.readouterr()
+    table = tmp_path / "compare.md"
+    assert main(["bench", "compare", str(out / "results.csv"), "--setting", "unsup", "--out", str(table)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[2].startswith("| default |") and "of 2 |" in printed
+    assert table.read_text().endswith(printed)
+    assert main(["bench", "compare", str(tmp_path / "missing.csv"), "--setting", "unsup"]) == 2
+    assert "no such results file" in capsys.readouterr().err

@@ -138,3 +138,15 @@ def test_every_subcommand_has_help(capsys):
             main([name, "--help"])
         assert e.value.code == 0
         assert "usage: kdsm" in capsys.readouterr().out
+
+
+def test_train_shows_its_phases_when_not_on_a_tty(small_parquet, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  width: 32\n  depth: 1\ntrain:\n  steps: 200\n")
+    assert main(["train", "--data", str(small_parquet), "--out", str(tmp_path / "m"), "--config", str(cfg)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    order = ["reading: pass 1 of 5", "sigma passes", "sampling:", "training: 200 steps", "calibrating:", "trained:", "refined:"]
+    found = [next(i for i, line in enumerate(lines) if line.startswith(p)) for p in order]
+    assert found == sorted(found)
+    steps = [line for line in lines if line.startswith("training: step ")]
+    assert 2 <= len(steps) <= 10 and steps[-1].startswith("training: step 200/200 (100%)")

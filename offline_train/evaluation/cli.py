@@ -21,7 +21,7 @@ from pathlib import Path
 from ..config import ConfigError, load_settings
 from .methods import METHODS
 
-DEFAULT_METHODS = {"semi": "kdsm,dsm,knn,iforest,lof,ecod", "unsup": "kdsm-ema,kdsm,dsm-ema,dsm,knn,iforest,lof,ecod"}
+DEFAULT_METHODS = {"semi": "default,dsm,knn,iforest,lof,ecod", "unsup": "default,kdsm-ema,kdsm,knn,iforest,lof,ecod"}
 
 
 def _csv_list(text: str) -> list[str]:
@@ -45,6 +45,20 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--out", required=True, help="output folder (re-running resumes from its results.csv)")
     p.set_defaults(func=lambda a: _run(a, settings_cls))
 
+    c = sub.add_parser("compare", help="means and wins of one method against the others, over benchmark CSVs",
+                       description="Reads results.csv files of kdsm bench adbench (any configs; a dataset, seed "
+                                   "and method seen twice keeps the row of the later file) and prints, for one "
+                                   "setting and split, each method's mean AUC-PR and AUC-ROC over the datasets "
+                                   "every method finished, and on how many of them --focus is ahead.")
+    c.add_argument("csv", nargs="+", help="results.csv files (later files override earlier ones)")
+    c.add_argument("--setting", choices=["semi", "unsup"], required=True, help="which setting's rows")
+    c.add_argument("--split", choices=["paper", "clean"], default="paper", help="which split's rows (default paper)")
+    c.add_argument("--seeds", help="comma-separated seeds to keep (default: all)")
+    c.add_argument("--focus", default="default", help="the method whose wins are counted (default: default)")
+    c.add_argument("--per-dataset", action="store_true", help="also the per-dataset AUC-PR and AUC-ROC tables")
+    c.add_argument("--out", help="also write the table to this Markdown file")
+    c.set_defaults(func=_compare)
+
 
 def machine_info() -> dict:
     import torch
@@ -56,6 +70,34 @@ def machine_info() -> dict:
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "device": str(dev), "bf16": bf16_supported(dev), "python": platform.python_version(),
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def _compare(a) -> int:
+    from .report import compare_table
+    from .runner import read_rows
+
+    seeds = set(_csv_list(a.seeds)) if a.seeds else None
+    rows = []
+    for path in a.csv:
+        if not Path(path).is_file():
+            raise ConfigError(f"no such results file: {path}")
+        rows += [r for r in read_rows(Path(path)) if r["setting"] == a.setting and r["split"] == a.split
+                 and (seeds is None or r["seed"] in seeds)]
+    try:
+        table = compare_table(rows, a.focus)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if a.per_dataset:
+        from .report import markdown_tables
+
+        last = {(r["dataset"], r["seed"], r["method"]): r for r in rows}
+        methods = [a.focus] + [m for m in dict.fromkeys(r["method"] for r in last.values()) if m != a.focus]
+        per = markdown_tables(list(last.values()), {}, methods, metrics=("aucpr", "aucroc"))
+        table += "\n\n" + per[:per.index("### Mean over datasets")].rstrip()
+    print(table)
+    if a.out:
+        Path(a.out).write_text(f"{a.setting}, {a.split} split, from {', '.join(a.csv)}\n\n{table}\n")
+    return 0
 
 
 def _run(a, settings_cls) -> int:

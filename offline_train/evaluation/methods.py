@@ -1,8 +1,11 @@
 """The detectors of the benchmark, fitted on one split: K-DSM variants and PyOD baselines.
 
 Deep methods all go through ``offline_train.detector.KDSM`` (no second
-training path): ``kdsm`` = kurtosis sigmas, ``dsm`` = one global sigma, and
-``-ema`` adds the EMA-teacher filter. Calibration is in-sample (holdout 0):
+training path). ``default`` is exactly what ``kdsm train`` ships
+(``KDSM.from_settings`` of the settings, refinement included); the published
+methods keep their names: ``kdsm`` = kurtosis sigmas, ``dsm`` = one global
+sigma, ``-ema`` adds the EMA-teacher filter, all without the refinement of
+``offline_train.refine``. Calibration is in-sample (holdout 0):
 every training row trains, and the metrics are threshold-free anyway.
 
 Baselines are PyOD with its defaults except the protocol's choices: KNN with
@@ -29,13 +32,14 @@ from ..config import CalibrationConfig
 from ..detector import KDSM
 from ..scaler import Scaler
 
-# name -> (sigma mode, EMA teacher on)
-DEEP_METHODS: dict[str, tuple[str, bool]] = {
+# name -> (sigma mode, EMA teacher on); the published methods (``default`` is the settings as given)
+PAPER_METHODS: dict[str, tuple[str, bool]] = {
     "kdsm": ("kurtosis", False),
     "dsm": ("global", False),
     "kdsm-ema": ("kurtosis", True),
     "dsm-ema": ("global", True),
 }
+DEEP_METHODS = ("default", *PAPER_METHODS)
 BASELINES = ("knn", "iforest", "lof", "ecod")
 METHODS = tuple(DEEP_METHODS) + BASELINES
 
@@ -61,12 +65,19 @@ def _baseline(name: str, seed: int):
 
 
 def make_kdsm(name: str, settings, seed: int) -> KDSM:
-    """The ``KDSM`` estimator for deep method ``name`` under ``settings`` (a ``TrainSettings``)."""
-    mode, ema = DEEP_METHODS[name]
-    return KDSM(sigma=settings.sigma.model_copy(update={"mode": mode}), model=settings.model,
-                ema=settings.ema.model_copy(update={"enabled": ema}),
-                train=settings.train.model_copy(update={"seed": seed}),
-                calibration=CalibrationConfig(holdout=0.0), scale_discrete=settings.data.scale_discrete)
+    """The ``KDSM`` estimator for deep method ``name`` under ``settings`` (a ``TrainSettings``).
+
+    Every method calibrates in-sample (holdout 0: all training rows train);
+    the metrics are threshold-free.
+    """
+    det = KDSM.from_settings(settings).set_params(
+        train=settings.train.model_copy(update={"seed": seed}), calibration=CalibrationConfig(holdout=0.0))
+    if name == "default":
+        return det
+    mode, ema = PAPER_METHODS[name]
+    return det.set_params(sigma=settings.sigma.model_copy(update={"mode": mode}),
+                          ema=settings.ema.model_copy(update={"enabled": ema}),
+                          refine=settings.refine.model_copy(update={"enabled": False}))
 
 
 def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler, settings, seed: int) -> FitResult:
@@ -82,7 +93,8 @@ def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler
         scores = det.decision_function(X_test)
         ts = det.train_summary_
         info = {"steps": ts.steps, "epochs": round(ts.epochs, 2), "precision": ts.precision,
-                "filtered_fraction": ts.filtered_fraction}
+                "filtered_fraction": ts.filtered_fraction,
+                "kept_fraction": ts.refine["keep"] if ts.refine else None}
     else:
         model = _baseline(name, seed).fit(scaler.transform(X_train))
         fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -185,3 +185,34 @@ def plot(rows: list[dict], ref: dict, methods: list[str], path: Path, title: str
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
+
+
+def compare_table(rows: list[dict], focus: str) -> str:
+    """Means of every method over the datasets all of them finished, and ``focus``'s wins per metric.
+
+    For runs of different configs (several CSVs): a (dataset, seed, method)
+    seen more than once keeps its last row. Only datasets every method has
+    count, so the means compare like with like.
+
+    >>> rows = [{"dataset": d, "method": m, "status": "ok", "seed": "0", "aucpr": str(v), "aucroc": str(v)}
+    ...         for d, m, v in [("1_a", "x", 0.9), ("1_a", "y", 0.5), ("2_b", "x", 0.2), ("2_b", "y", 0.4)]]
+    >>> print(compare_table(rows, "x"))
+    | method | AUC-PR | AUC-ROC | x ahead on AUC-PR | x ahead on AUC-ROC |
+    |---|---|---|---|---|
+    | x | 0.550 | 0.550 |  |  |
+    | y | 0.450 | 0.450 | 1 of 2 | 1 of 2 |
+    """
+    last = {(r["dataset"], r["seed"], r["method"]): r for r in rows if r["status"] == "ok"}
+    methods = list(dict.fromkeys(m for _, _, m in last))
+    if focus not in methods:
+        raise ValueError(f"no finished runs of {focus!r}")
+    methods = [focus] + [m for m in methods if m != focus]
+    acc = {k: _means(list(last.values()), k) for k in ("aucpr", "aucroc")}
+    datasets = sorted(set.intersection(*(set(acc["aucpr"].get(m, {})) for m in methods)))
+    mean = {(m, k): np.mean([np.mean(acc[k][m][d]) for d in datasets]) for m in methods for k in acc}
+    lines = [f"| method | AUC-PR | AUC-ROC | {focus} ahead on AUC-PR | {focus} ahead on AUC-ROC |", "|---|---|---|---|---|"]
+    for m in methods:
+        wins = ["", ""] if m == focus else [
+            f"{sum(np.mean(acc[k][focus][d]) > np.mean(acc[k][m][d]) for d in datasets)} of {len(datasets)}" for k in acc]
+        lines.append(f"| {m} | {_cell(mean[(m, 'aucpr')])} | {_cell(mean[(m, 'aucroc')])} | {wins[0]} | {wins[1]} |")
+    return "\n".join(lines)

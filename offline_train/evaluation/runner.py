@@ -33,7 +33,7 @@ from .protocol import make_split
 
 CSV_FIELDS = ["dataset", "setting", "split", "profile", "config", "seed", "method", "status", "error",
               "n_rows", "n_train", "n_test", "n_test_anomalies", "d", "aucpr", "aucroc", "f1",
-              "fit_s", "score_s", "fit_cpu_s", "steps", "epochs", "filtered_fraction"]
+              "fit_s", "score_s", "fit_cpu_s", "steps", "epochs", "filtered_fraction", "kept_fraction"]
 
 
 @dataclass

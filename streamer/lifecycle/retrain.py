@@ -280,7 +280,8 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     if not settings.ema.enabled:
         log.warning({"event": "ema_disabled", "why": "training plain K-DSM on contaminated archive data"})
     try:
-        det = KDSM.from_settings(settings).fit_source(_source(window["files"], features))
+        det = KDSM.from_settings(settings).fit_source(
+            _source(window["files"], features), on_phase=lambda text: log.info({"event": "retrain_phase", "phase": text}))
     except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
         return RetrainResult("failed", reason=f"training failed: {type(e).__name__}: {e}", details=details)
     details["train"] = {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"}

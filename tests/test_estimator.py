@@ -1,0 +1,67 @@
+"""``KDSM`` honours the scikit-learn / PyOD estimator contract.
+
+The applicable scikit-learn checks run on a tiny network. Not applicable:
+the checks that want ``predict`` to return -1/+1 (``check_outliers_*``: KDSM
+follows PyOD, 1 = outlier) and pickling (the artifact is the persistence
+format; nothing is unpickled on a load path).
+"""
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils import estimator_checks as checks
+
+from offline_train.config import ModelConfig, OptimConfig
+from offline_train.detector import KDSM
+
+
+def tiny(**kw) -> KDSM:
+    return KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=10, precision="fp32"), **kw)
+
+
+APPLICABLE = [
+    checks.check_no_attributes_set_in_init,
+    checks.check_parameters_default_constructible,
+    checks.check_get_params_invariance,
+    checks.check_set_params,
+    checks.check_estimator_cloneable,
+    checks.check_do_not_raise_errors_in_init_or_set_params,
+    checks.check_dont_overwrite_parameters,
+    checks.check_estimators_overwrite_params,
+    checks.check_fit2d_predict1d,
+    checks.check_estimators_nan_inf,
+    checks.check_estimators_empty_data_messages,
+    checks.check_dict_unchanged,
+    checks.check_fit_idempotent,
+    checks.check_n_features_in,
+]
+
+
+@pytest.mark.parametrize("check", APPLICABLE, ids=lambda c: c.__name__)
+def test_sklearn_check(check):
+    check("KDSM", tiny())
+
+
+def test_init_only_stores_and_clone_keeps_params():
+    det = tiny(max_train_rows=500)
+    assert det.ema is None and det.sigma is None  # defaults resolve in fit, not in __init__
+    twin = clone(det)
+    assert twin.get_params()["max_train_rows"] == 500 and twin.model == det.model
+    assert not hasattr(twin, "net_")
+
+
+def test_fit_predict_scores_and_labels_match_pyod():
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    det = tiny()
+    labels = det.fit_predict(X)
+    assert det.decision_scores_.shape == (300,) and labels.shape == (300,)
+    np.testing.assert_array_equal(labels, (det.decision_scores_ >= det.threshold_).astype(int))
+    np.testing.assert_allclose(det.decision_scores_, det.decision_function(X), rtol=1e-6)
+
+
+def test_works_in_a_pipeline():
+    X = np.random.default_rng(1).normal(size=(200, 3))
+    pipe = make_pipeline(FunctionTransformer(np.abs), tiny()).fit(X)
+    assert pipe.decision_function(X[:5]).shape == (5,)

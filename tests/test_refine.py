@@ -1,0 +1,75 @@
+"""The default's defence against contaminated history (``offline_train.refine``), on constructed data."""
+
+import numpy as np
+import pytest
+
+from offline_train.config import ModelConfig, OptimConfig, RefineConfig
+from offline_train.detector import KDSM
+from offline_train.refine import Refinement, WarmStart
+
+SMALL = ModelConfig(width=64, depth=2)
+
+
+def contaminated(share: float, n: int = 2000, d: int = 6, seed: int = 0):
+    """Gaussian inliers; ``share`` of the rows replaced by scattered far points (the planted anomalies)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    k = int(share * n)
+    X[:k] = rng.normal(size=(k, d)) * 0.5 + rng.choice([-6.0, 6.0], size=(k, d))
+    return X, np.r_[np.ones(k, bool), np.zeros(n - k, bool)]
+
+
+def fit(X, **refine):
+    return KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(**refine)).fit(X)
+
+
+def test_warm_start_core_holds_no_planted_row():
+    X, planted = contaminated(0.10)
+    core = WarmStart(X, seed=0).core(0.5)
+    assert len(core) == len(X) // 2 and not planted[core].any()
+
+
+@pytest.mark.parametrize("share", [0.05, 0.10, 0.20])
+def test_left_out_share_tracks_the_planted_share(share):
+    X, planted = contaminated(share)
+    det = fit(X)
+    left_out = 1 - det.train_summary_.refine["keep"]
+    assert share - 0.02 <= left_out <= share + 0.03  # not a fixed 20%
+    assert det.train_summary_.refine["rounds"] == 3
+
+
+def test_clean_high_dimensional_data_is_barely_filtered():
+    X = np.random.default_rng(1).normal(size=(2000, 20))
+    assert 1 - fit(X).train_summary_.refine["keep"] < 0.03
+
+
+def test_planted_rows_score_above_inliers_after_refinement():
+    X, planted = contaminated(0.15)
+    s = fit(X).decision_function(X)
+    assert np.quantile(s[planted], 0.05) > np.quantile(s[~planted], 0.95)
+
+
+def test_rounds_train_on_the_rows_the_network_finds_normal():
+    X, planted = contaminated(0.10)
+    r = Refinement(RefineConfig(), X, steps=400, seed=0)
+    net = KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(enabled=False)).fit(X[~planted]).net_
+    rows = r(net)
+    assert len(rows) == pytest.approx(r.keep_ * len(X), abs=1) and planted[rows].mean() < 0.01
+
+
+def test_a_fixed_share_and_the_off_switch():
+    X, _ = contaminated(0.10)
+    assert fit(X, keep=0.7).train_summary_.refine["keep"] == 0.7
+    off = KDSM(model=SMALL, train=OptimConfig(steps=50), refine=RefineConfig(enabled=False)).fit(X)
+    assert off.train_summary_.refine is None and off.train_summary_.steps == 50
+
+
+def test_rounds_split_the_budget_evenly():
+    r = Refinement(RefineConfig(rounds=3), np.random.default_rng(0).normal(size=(50, 2)), steps=4000, seed=0)
+    assert r.at == (1000, 2000, 3000)
+
+
+def test_keep_must_be_a_share_or_auto():
+    with pytest.raises(ValueError):
+        RefineConfig(keep=1.5)
+    assert RefineConfig(keep="auto").keep == "auto"
