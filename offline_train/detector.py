@@ -63,6 +63,10 @@ class Explanation:
     expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
 
 
+def _or_default(section, cls):
+    return section if section is not None else cls()
+
+
 def _every_tenth(steps: int, phase):
     """A loss-curve hook that tells ``phase`` about training once per tenth of the steps."""
     mark = [0]
@@ -110,29 +114,12 @@ class KDSM(BaseEstimator):
                    s.refine)
 
     # The resolved config sections: the parameter, or the default ``kdsm train`` uses.
-    @property
-    def sigma_config(self) -> SigmaConfig:
-        return self.sigma if self.sigma is not None else SigmaConfig()
-
-    @property
-    def model_config(self) -> ModelConfig:
-        return self.model if self.model is not None else ModelConfig()
-
-    @property
-    def ema_config(self) -> EMAConfig:
-        return self.ema if self.ema is not None else EMAConfig()
-
-    @property
-    def refine_config(self) -> RefineConfig:
-        return self.refine if self.refine is not None else RefineConfig()
-
-    @property
-    def train_config(self) -> OptimConfig:
-        return self.train if self.train is not None else OptimConfig()
-
-    @property
-    def calibration_config(self) -> CalibrationConfig:
-        return self.calibration if self.calibration is not None else CalibrationConfig()
+    sigma_config = property(lambda self: _or_default(self.sigma, SigmaConfig))
+    model_config = property(lambda self: _or_default(self.model, ModelConfig))
+    ema_config = property(lambda self: _or_default(self.ema, EMAConfig))
+    refine_config = property(lambda self: _or_default(self.refine, RefineConfig))
+    train_config = property(lambda self: _or_default(self.train, OptimConfig))
+    calibration_config = property(lambda self: _or_default(self.calibration, CalibrationConfig))
 
     # ----------------------------------------------------------------- fitting
     def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False,
