@@ -82,7 +82,7 @@ class EMAConfig(Section):
 class RefineConfig(Section):
     """Which rows the network learns from on contaminated history (``offline_train.refine``)."""
 
-    enabled: bool = Field(True, description="warm start from an isolation forest's core, then refinement rounds; false = every row (the published method)")
+    enabled: bool = Field(True, description="warm start from an isolation forest's core, then refinement rounds; false = every row (the published method; better for history known to be clean)")
     start_keep: float = Field(0.5, gt=0, le=1, description="share of rows, least anomalous first by an isolation forest, the network learns from first")
     rounds: int = Field(3, ge=0, description="refinement rounds (evenly spaced over the step budget): rescore every row, keep the normal-looking ones")
     keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
