@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +80,16 @@ def infer_features(schema: pa.Schema, requested: list[str] | None, exclude: set[
 
 
 @dataclass
+class Partition:
+    """Whole row groups of one file (``fragment``), starting at row ``offset`` of the dataset."""
+
+    fragment: ds.ParquetFileFragment
+    offset: int
+    rows: int
+    rows_skipped: int = 0  # set by a pass over it
+
+
+@dataclass
 class ParquetSource:
     """Streams a Parquet dataset as float64 feature batches (plus labels when named)."""
 
@@ -104,12 +114,40 @@ class ParquetSource:
         self.features = infer_features(schema, self.features, exclude)
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
 
-    def batches(self, with_labels: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass."""
+    def partitions(self, target_rows: int = 1 << 20) -> list[Partition]:
+        """The dataset cut into pieces of whole row groups, about ``target_rows`` each, in stored order."""
+        parts, offset = [], 0
+        try:
+            for frag in self._ds.get_fragments():
+                group, rows = [], 0
+                for rg in frag.row_groups:
+                    group.append(rg.id)
+                    rows += rg.num_rows
+                    if rows >= target_rows:
+                        parts.append(Partition(frag.subset(row_group_ids=group), offset, rows))
+                        offset, group, rows = offset + rows, [], 0
+                if group:
+                    parts.append(Partition(frag.subset(row_group_ids=group), offset, rows))
+                    offset += rows
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"cannot read Parquet metadata: {e}") from None
+        return parts
+
+    def batches(self, with_labels: bool = False, part: Partition | None = None,
+                keep_rows: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass.
+
+        ``part``: only that partition's rows. ``keep_rows(offset, n)``: a mask of the rows to
+        yield among the batch's ``n`` rows, which are rows ``offset..offset+n-1`` of the whole
+        dataset in stored order, skipped ones included (rows it drops are not "skipped").
+        """
         columns = list(self.features) + ([self.label_column] if with_labels and self.has_labels else [])
         read = skipped = 0
+        offset = part.offset if part else 0
         try:
-            for rb in self._ds.to_batches(columns=columns, batch_size=self.batch_rows):
+            record_batches = (part.fragment.to_batches(schema=self._ds.schema, columns=columns, batch_size=self.batch_rows)
+                              if part else self._ds.to_batches(columns=columns, batch_size=self.batch_rows))
+            for rb in record_batches:
                 if rb.num_rows == 0:
                     continue
                 X = np.column_stack([_to_float(rb.column(i)) for i in range(len(self.features))])
@@ -118,12 +156,21 @@ class ParquetSource:
                 if with_labels and self.has_labels:
                     y = _to_float(rb.column(len(self.features)))
                     ok &= np.isfinite(y)
-                    y = y[ok].astype(np.int64)
                 read += rb.num_rows
                 skipped += int((~ok).sum())
-                yield X[ok], y
+                if keep_rows is not None:
+                    ok &= keep_rows(offset, rb.num_rows)
+                offset += rb.num_rows
+                yield X[ok], (None if y is None else y[ok].astype(np.int64))
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"cannot read Parquet data: {e}") from None
+        if part is None:
+            self.count_rows(read, skipped)
+        else:
+            part.rows_skipped = skipped
+
+    def count_rows(self, read: int, skipped: int) -> None:
+        """Record a full pass's row counts; more skipped rows than ``max_skipped_fraction`` is a DataError."""
         self.rows_read, self.rows_skipped = read, skipped
         if self.max_skipped_fraction is not None and read and skipped / read > self.max_skipped_fraction:
             raise DataError(f"{skipped} of {read} rows ({skipped / read:.1%}) have a missing or non-finite feature "

@@ -43,8 +43,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
+    from offline_train.engine import EngineUnavailable
+
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
-              RedisUnavailable)
+              RedisUnavailable, EngineUnavailable)
     model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
     if model is not None:
         errors += (model.DeviceError,)
