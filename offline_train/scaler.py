@@ -44,28 +44,35 @@ def exact_sums(X: np.ndarray) -> tuple[list[int], list[int]]:
     d = X.shape[1]
     sums, squares = [0] * d, [0] * d
     for start in range(0, len(X), _BLOCK_ROWS):
-        m, e = np.frexp(X[start:start + _BLOCK_ROWS])
-        M = (m * 2.0**53).astype(np.int64)
-        emin = int(e.min())
-        width = int(e.max()) - emin + 1
-        idx = ((e - emin) + np.arange(d) * width).ravel()
-
-        def total(w):
-            return np.bincount(idx, weights=w.ravel().astype(np.float64), minlength=d * width).reshape(d, width)
-
-        hi = M >> 26  # M = hi * 2**26 + lo, 0 <= lo < 2**26
-        s_hi, s_lo = total(hi), total(M - (hi << 26))
-        A = np.abs(M)
-        a, b, c = A >> 36, (A >> 18) & 0x3FFFF, A & 0x3FFFF  # |M| = a 2**36 + b 2**18 + c
-        q = [total(a * a), total(2 * a * b), total(2 * a * c + b * b), total(2 * b * c), total(c * c)]
-        used = np.bincount(idx, minlength=d * width).reshape(d, width) > 0
-        for j, k in zip(*np.nonzero(used), strict=True):
-            shift = int(k) + emin - 53 - UNIT_EXP
-            sums[j] += ((int(s_hi[j, k]) << 26) + int(s_lo[j, k])) << shift
-            sq = ((int(q[0][j, k]) << 72) + (int(q[1][j, k]) << 54) + (int(q[2][j, k]) << 36)
-                  + (int(q[3][j, k]) << 18) + int(q[4][j, k]))
-            squares[j] += sq << (2 * shift)
+        _add_block(X[start:start + _BLOCK_ROWS], sums, squares)
     return sums, squares
+
+
+def _add_block(B: np.ndarray, sums: list[int], squares: list[int]) -> None:
+    """Add a block's exact sums to ``sums`` and ``squares``: float64 bincounts of mantissa pieces per
+    (column, exponent), exact because every piece total stays below 2**53, then Python integers."""
+    d = B.shape[1]
+    m, e = np.frexp(B)
+    M = (m * 2.0**53).astype(np.int64)
+    emin = int(e.min())
+    width = int(e.max()) - emin + 1
+    idx = ((e - emin) + np.arange(d) * width).ravel()
+
+    def total(w):
+        return np.bincount(idx, weights=w.ravel().astype(np.float64), minlength=d * width).reshape(d, width)
+
+    hi = M >> 26  # M = hi 2**26 + lo, 0 <= lo < 2**26
+    s_hi, s_lo = total(hi), total(M - (hi << 26))
+    A = np.abs(M)
+    a, b, c = A >> 36, (A >> 18) & 0x3FFFF, A & 0x3FFFF  # |M| = a 2**36 + b 2**18 + c
+    q = [total(a * a), total(2 * a * b), total(2 * a * c + b * b), total(2 * b * c), total(c * c)]
+    used = np.bincount(idx, minlength=d * width).reshape(d, width) > 0
+    for j, k in zip(*np.nonzero(used), strict=True):
+        shift = int(k) + emin - 53 - UNIT_EXP
+        sums[j] += ((int(s_hi[j, k]) << 26) + int(s_lo[j, k])) << shift
+        sq = ((int(q[0][j, k]) << 72) + (int(q[1][j, k]) << 54) + (int(q[2][j, k]) << 36)
+              + (int(q[3][j, k]) << 18) + int(q[4][j, k]))
+        squares[j] += sq << (2 * shift)
 
 
 @dataclass

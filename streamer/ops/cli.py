@@ -39,11 +39,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from offline_train.artifact import ArtifactError
     from offline_train.config import ConfigError
     from offline_train.data import DataError
+    from offline_train.engine import EngineUnavailable
     from streamer.lifecycle.control import RedisUnavailable
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
-
-    from offline_train.engine import EngineUnavailable
 
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
               RedisUnavailable, EngineUnavailable)
