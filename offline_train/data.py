@@ -51,9 +51,17 @@ def read_table(spec: str | os.PathLike | list) -> pa.Table:
     return _dataset(resolve_paths(spec)).to_table()
 
 
+# A pass over Parquet holds a few record batches, whatever the file size. The scanner's defaults do not:
+# pre-buffering keeps the byte ranges it read until the scan ends, and threaded read-ahead outruns a
+# slower consumer (apache/arrow#39808; measured here: peak RSS grew with the row count). Parallelism
+# comes from the engine's partitions instead (offline_train.engine).
+_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+_STREAMING = {"batch_readahead": 1, "fragment_readahead": 1, "use_threads": False}
+
+
 def _dataset(files: list[Path]) -> ds.Dataset:
     try:
-        return ds.dataset([str(f) for f in files], format="parquet")
+        return ds.dataset([str(f) for f in files], format=_PARQUET)
     except (pa.ArrowInvalid, OSError) as e:
         raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
 
@@ -145,8 +153,9 @@ class ParquetSource:
         read = skipped = 0
         offset = part.offset if part else 0
         try:
-            record_batches = (part.fragment.to_batches(schema=self._ds.schema, columns=columns, batch_size=self.batch_rows)
-                              if part else self._ds.to_batches(columns=columns, batch_size=self.batch_rows))
+            record_batches = (part.fragment.to_batches(schema=self._ds.schema, columns=columns, batch_size=self.batch_rows,
+                                                       **_STREAMING)
+                              if part else self._ds.to_batches(columns=columns, batch_size=self.batch_rows, **_STREAMING))
             for rb in record_batches:
                 if rb.num_rows == 0:
                     continue

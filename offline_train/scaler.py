@@ -26,9 +26,10 @@ import numpy as np
 # Every finite float64 is M * 2**(e - 53) with an integer |M| < 2**53 and e >= -1073 (np.frexp), so
 # sums are integers in units of 2**UNIT_EXP and sums of squares in units of 2**(2 * UNIT_EXP).
 UNIT_EXP = -1126
-# Rows per exact block: 18-bit mantissa pieces, multiplied in pairs (< 2**37) and summed over
-# 2**16 rows, stay below 2**53, so numpy's float64 bincount adds them without rounding.
-_BLOCK_ROWS = 1 << 16
+# Rows per exact block: 18-bit mantissa pieces, multiplied in pairs (< 2**37) and summed over at most
+# 2**16 rows, stay below 2**53, so numpy's float64 bincount adds them without rounding. 2**14 keeps
+# the block's temporaries small (a few MiB at 16 features).
+_BLOCK_ROWS = 1 << 14
 
 
 def exact_sums(X: np.ndarray) -> tuple[list[int], list[int]]:
