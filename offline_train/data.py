@@ -122,7 +122,7 @@ class ParquetSource:
         self.features = infer_features(schema, self.features, exclude)
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
 
-    def partitions(self, target_rows: int = 1 << 20) -> list[Partition]:
+    def partitions(self, target_rows: int) -> list[Partition]:
         """The dataset cut into pieces of whole row groups, about ``target_rows`` each, in stored order."""
         parts, offset = [], 0
         try:

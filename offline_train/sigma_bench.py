@@ -23,6 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .engine import PARTITION_ROWS
+
 KINDS = ("normal", "laplace", "lognormal", "poisson", "binary", "uniform", "student_t3", "spike")
 
 
@@ -122,7 +124,7 @@ def _run_child(args: dict) -> dict:
 
 
 def run(sizes=(1_000_000, 10_000_000), features: int = 16, workers: int = 2, batch_rows: int = 65536,
-        partition_rows: int = 1 << 20, data_dir="runs/bench-sigmas", out=None, log=print) -> dict:
+        partition_rows: int = PARTITION_ROWS, data_dir="runs/bench-sigmas", out=None, log=print) -> dict:
     from .speed import cpu_name
 
     result = {"machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
@@ -168,7 +170,7 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--features", type=int, default=16, help="feature columns")
     p.add_argument("--workers", type=int, default=2, help="Dask worker processes of the local cluster")
     p.add_argument("--batch-rows", type=int, default=65536, help="Parquet record-batch size")
-    p.add_argument("--partition-rows", type=int, default=1 << 20, help="rows per Dask task (whole row groups)")
+    p.add_argument("--partition-rows", type=int, default=PARTITION_ROWS, help="rows per Dask task (whole row groups)")
     p.add_argument("--data-dir", default="runs/bench-sigmas", help="where the generated Parquet files are kept")
     p.add_argument("--out", default="runs/bench-sigmas.json", help="JSON file the figures are written to")
     p.set_defaults(func=lambda a: run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir,

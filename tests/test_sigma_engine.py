@@ -9,6 +9,7 @@ columns, one extreme value, and rows with NaN.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -215,3 +216,50 @@ def test_bad_input_on_the_dask_engine_is_one_line(tmp_path, dask_engine, capsys,
         code = main(["train", *args, "--out", str(tmp_path / "m"), "--engine", "dask", "--scheduler", address, "--quiet"])
         err = capsys.readouterr().err
         assert code == 2 and expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_sigmas_prints_and_writes_its_figures(tmp_path):
+    from offline_train.sigma_bench import run
+
+    lines = []
+    result = run(sizes=(20_000, 40_000), features=4, workers=2, partition_rows=8_192, batch_rows=4_096,
+                 data_dir=tmp_path / "data", out=tmp_path / "bench.json", log=lines.append)
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert written["identical"] == {"20000": True, "40000": True} == result["identical"]
+    runs = {(r["rows"], r["engine"]): r for r in written["runs"]}
+    assert set(runs) == {(20_000, "local"), (20_000, "dask"), (40_000, "local"), (40_000, "dask")}
+    for r in runs.values():
+        assert r["sigma_rows_per_s"] > 0 and r["peak_rss_mib"] > 0 and r["sigma_passes"] >= 4
+    assert len(runs[40_000, "dask"]["peak_rss_mib_workers"]) == 2
+    assert any("engines agree bit for bit: True" in line for line in lines)
+
+
+@pytest.mark.integration
+def test_retrain_runs_its_statistics_on_the_configured_engine(tmp_path, redis_url, unique, tiny_model_dir, dask_engine):
+    from test_retrain import overrides, shifted, write_archive
+
+    from offline_train.config import load_settings
+    from streamer.config import Settings
+    from streamer.lifecycle.registry import ModelRegistry
+    from streamer.lifecycle.retrain import run_retrain
+
+    def settings(scheduler):
+        return load_settings(Settings, None, **overrides(tmp_path, redis_url, unique),
+                             data={"engine": "dask", "scheduler": scheduler})
+
+    s = settings("tcp://127.0.0.1:9")
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    res = run_retrain(s, reg, reason="test")  # nothing listens there: the current model stays
+    assert res.status == "failed" and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in res.reason
+    assert reg.pointers()["current"] == v0
+    res = run_retrain(settings(dask_engine.client.scheduler.address), reg, reason="test")
+    assert res.status == "promoted", res.reason
+    new = KDSM.load(reg.store.local_path(res.version), device="cpu")
+    # the same window on the local engine: the same statistics, bit for bit
+    files = reg.get(res.version)["data_window"]["files"]
+    local = KDSM.from_settings(s).set_params(train=OptimConfig(steps=5, seed=0, precision="fp32")).fit_source(
+        ParquetSource(files, features=new.feature_names_, label_column=None), engine=LocalEngine())
+    assert np.array_equal(new.sigmas_, local.sigmas_) and np.array_equal(new.scaler_.std_, local.scaler_.std_)
