@@ -26,9 +26,9 @@ import numpy as np
 # Every finite float64 is M * 2**(e - 53) with an integer |M| < 2**53 and e >= -1073 (np.frexp), so
 # sums are integers in units of 2**UNIT_EXP and sums of squares in units of 2**(2 * UNIT_EXP).
 UNIT_EXP = -1126
-# Rows per exact block: 18-bit mantissa pieces, multiplied in pairs (< 2**37) and summed over at most
-# 2**16 rows, stay below 2**53, so numpy's float64 bincount adds them without rounding. 2**14 keeps
-# the block's temporaries small (a few MiB at 16 features).
+# Rows per exact block: 17- and 18-bit mantissa pieces, multiplied in pairs (sums of products < 2**38)
+# and added over at most 2**14 rows, stay below 2**53, so numpy's float64 bincount adds them without
+# rounding; it also keeps the block's temporaries small (2 MiB each at 16 features).
 _BLOCK_ROWS = 1 << 14
 
 
@@ -50,29 +50,37 @@ def exact_sums(X: np.ndarray) -> tuple[list[int], list[int]]:
 
 
 def _add_block(B: np.ndarray, sums: list[int], squares: list[int]) -> None:
-    """Add a block's exact sums to ``sums`` and ``squares``: float64 bincounts of mantissa pieces per
-    (column, exponent), exact because every piece total stays below 2**53, then Python integers."""
+    """Add a block's exact sums to ``sums`` and ``squares``.
+
+    Each value is sign * (a 2**35 + b 2**17 + c) * 2**(e - 53) with integers a, b < 2**18 and
+    c < 2**17, split off in float64 without rounding. Per (column, exponent), numpy's float64
+    bincount adds the pieces and their pairwise products exactly (every total stays below 2**53),
+    and Python integers put them together.
+    """
     d = B.shape[1]
     m, e = np.frexp(B)
-    M = (m * 2.0**53).astype(np.int64)
     emin = int(e.min())
     width = int(e.max()) - emin + 1
     idx = ((e - emin) + np.arange(d) * width).ravel()
+    sign = np.sign(m)
+    t = np.abs(m) * 2.0**18
+    a = np.floor(t)
+    t = (t - a) * 2.0**18
+    b = np.floor(t)
+    c = (t - b) * 2.0**17
 
     def total(w):
-        return np.bincount(idx, weights=w.ravel().astype(np.float64), minlength=d * width).reshape(d, width)
+        return np.bincount(idx, weights=w.ravel(), minlength=d * width).reshape(d, width).tolist()
 
-    hi = M >> 26  # M = hi 2**26 + lo, 0 <= lo < 2**26
-    s_hi, s_lo = total(hi), total(M - (hi << 26))
-    A = np.abs(M)
-    a, b, c = A >> 36, (A >> 18) & 0x3FFFF, A & 0x3FFFF  # |M| = a 2**36 + b 2**18 + c
-    q = [total(a * a), total(2 * a * b), total(2 * a * c + b * b), total(2 * b * c), total(c * c)]
+    sa, sb, sc = total(sign * a), total(sign * b), total(sign * c)
+    qaa, qab, qbb, qbc, qcc = total(a * a), total(2 * a * b), total(b * b + 4 * a * c), total(2 * b * c), total(c * c)
     used = np.bincount(idx, minlength=d * width).reshape(d, width) > 0
     for j, k in zip(*np.nonzero(used), strict=True):
-        shift = int(k) + emin - 53 - UNIT_EXP
-        sums[j] += ((int(s_hi[j, k]) << 26) + int(s_lo[j, k])) << shift
-        sq = ((int(q[0][j, k]) << 72) + (int(q[1][j, k]) << 54) + (int(q[2][j, k]) << 36)
-              + (int(q[3][j, k]) << 18) + int(q[4][j, k]))
+        j, k = int(j), int(k)
+        shift = k + emin - 53 - UNIT_EXP
+        sums[j] += ((int(sa[j][k]) << 35) + (int(sb[j][k]) << 17) + int(sc[j][k])) << shift
+        sq = ((int(qaa[j][k]) << 70) + (int(qab[j][k]) << 52) + (int(qbb[j][k]) << 34)
+              + (int(qbc[j][k]) << 17) + int(qcc[j][k]))
         squares[j] += sq << (2 * shift)
 
 
