@@ -122,12 +122,13 @@ class DaskEngine(LocalEngine):
                                   keep_rows=keep_rows, pure=False)
         total, skipped = None, 0
         try:
-            for _, (part_acc, part_skipped) in as_completed(futures, with_results=True):
+            for future, (part_acc, part_skipped) in as_completed(futures, with_results=True):
                 total = part_acc if total is None else total.merge(part_acc)
                 skipped += part_skipped
-        finally:
-            for f in futures:
-                f.cancel()
+                future.release()  # merged: the worker may drop it now (memory stays flat over many partitions)
+        except BaseException:
+            self.client.cancel(futures)
+            raise
         source.count_rows(sum(p.rows for p in parts), skipped)
         return total
 
