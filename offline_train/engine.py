@@ -25,10 +25,13 @@ import numpy as np
 
 from .data import DataError, ParquetSource, Partition
 
-# Rows per partition (whole row groups, so at least one): one task per partition, the unit of
-# parallelism. 256k rows of 16 features is 32 MiB of values: tasks long enough to dwarf their
+# Rows per partition at least (whole row groups, so at least one): one task per partition, the unit
+# of parallelism. 256k rows of 16 features is 32 MiB of values: tasks long enough to dwarf their
 # overhead, and enough of them to keep every worker busy on a few million rows.
 PARTITION_ROWS = 1 << 18
+# At most this many tasks per worker and pass: a few, so that a slow worker does not hold up the pass,
+# and a bounded number, since the scheduler's memory grows by about 200 KiB per task (measured here).
+TASKS_PER_WORKER = 8
 
 
 class EngineUnavailable(RuntimeError):
@@ -114,6 +117,9 @@ class DaskEngine(LocalEngine):
         from dask.distributed import as_completed
 
         parts = source.partitions(self.partition_rows)
+        cap = TASKS_PER_WORKER * max(self.workers, 1)
+        if len(parts) > cap:  # bigger partitions, not more tasks: per-task bookkeeping would grow with the rows
+            parts = source.partitions(-(-sum(p.rows for p in parts) // cap))
         if not parts:
             raise DataError(f"no rows in {source.path}")
         if id(source) not in self._scattered:  # ship the source to every worker once, not with each task
