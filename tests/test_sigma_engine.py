@@ -160,6 +160,22 @@ def test_dask_engine_on_two_workers_equals_the_in_process_fit(parquet_with_holes
         assert (read, skip) == (len(X), skipped), name
 
 
+def test_dask_engine_caps_its_tasks_with_bigger_partitions(parquet_with_holes, dask_engine, monkeypatch):
+    import offline_train.engine as engine_module
+
+    path, X = parquet_with_holes
+    source = ParquetSource(path, batch_rows=4_096)
+    monkeypatch.setattr(engine_module, "TASKS_PER_WORKER", 1)  # at most 2 tasks on 2 workers
+    sizes = []
+    real = source.partitions
+    monkeypatch.setattr(source, "partitions", lambda rows: sizes.append(len(real(rows))) or real(rows))
+    moments = dask_engine.reduce(source, ColumnMoments.empty(X.shape[1]))
+    assert sizes[0] > 2 and sizes[-1] == 2
+    scaler = Scaler.from_moments(moments)
+    whole, _ = in_memory_fit(X, np.ones(len(X), bool))
+    assert np.array_equal(scaler.mean_, whole.mean_) and np.array_equal(scaler.std_, whole.std_)
+
+
 def test_training_on_either_engine_gives_the_same_statistics(parquet_with_holes, dask_engine):
     path, X = parquet_with_holes
     fits = {}
