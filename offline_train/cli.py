@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="replace the model artifact already at --out")
     p.add_argument("--engine", choices=["local", "dask"], help="where the statistics passes run (default from config: local)")
-    p.add_argument("--scheduler", help="Dask scheduler address for --engine dask (default: a local 2-worker cluster)")
+    p.add_argument("--scheduler", help="Dask scheduler address for --engine dask (default: a local cluster of data.workers processes)")
     p.set_defaults(func=lambda a: _train(a, settings_cls))
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",

@@ -58,6 +58,8 @@ def _add_block(B: np.ndarray, sums: list[int], squares: list[int]) -> None:
     and Python integers put them together.
     """
     d = B.shape[1]
+    if B.size == 0:
+        return
     m, e = np.frexp(B)
     emin = int(e.min())
     width = int(e.max()) - emin + 1

@@ -182,7 +182,7 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--features", type=int, default=16, help="feature columns")
     p.add_argument("--workers", type=int, default=2, help="Dask worker processes of the local cluster")
     p.add_argument("--batch-rows", type=int, default=65536, help="Parquet record-batch size")
-    p.add_argument("--partition-rows", type=int, default=PARTITION_ROWS, help="rows per Dask task (whole row groups)")
+    p.add_argument("--partition-rows", type=int, default=PARTITION_ROWS, help="rows per Dask task at least (whole row groups)")
     p.add_argument("--data-dir", default="runs/bench-sigmas", help="where the generated Parquet files are kept")
     p.add_argument("--out", default="runs/bench-sigmas.json", help="JSON file the figures are written to")
     p.set_defaults(func=lambda a: run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir,
