@@ -50,10 +50,10 @@ class WarmStart:
     isolated in fewer splits than an average unsuccessful search are anomalies.
     """
 
-    def __init__(self, Z: np.ndarray, seed: int):
+    def __init__(self, Z: np.ndarray, seed: int, threshold: float = 0.5):
         iso = IsolationForest(random_state=seed, n_jobs=1).fit(Z)
         self.scores_ = -iso.score_samples(Z)  # s in (0, 1]; higher = isolated sooner
-        self.contamination_ = float(np.mean(self.scores_ > 0.5))
+        self.contamination_ = float(np.mean(self.scores_ > threshold))
 
     def core(self, keep: float) -> np.ndarray:
         """Indices of the ``keep`` share of rows the forest finds least anomalous (sorted)."""
@@ -83,7 +83,7 @@ class Refinement:
     def __init__(self, config, Z: np.ndarray, steps: int, seed: int, device="cpu"):
         self.config = config
         self._Zt = torch.as_tensor(Z, dtype=torch.float32, device=device)
-        self.warm_ = WarmStart(Z, seed)
+        self.warm_ = WarmStart(Z, seed, config.threshold)
         if config.keep == "auto":
             self.keep_ = 1.0 - min(self.warm_.contamination_, config.max_drop)
         else:
