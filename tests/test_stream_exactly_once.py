@@ -32,7 +32,12 @@ from txn_reader import read_committed
 from offline_train.detector import KDSM
 from streamer.lifecycle.control import connect
 from streamer.lifecycle.thresholds import ThresholdStore
-from streamer.pipeline.checkpoint import InFlight, Send, TransactionAborted, TransactionalCheckpointer
+from streamer.pipeline.checkpoint import (
+    InFlight,
+    Send,
+    TransactionAborted,
+    TransactionalCheckpointer,
+)
 from streamer.pipeline.kafka_clients import make_consumer, make_transactional_producer
 
 pytestmark = pytest.mark.integration

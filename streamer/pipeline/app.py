@@ -59,10 +59,22 @@ from kafka import AsyncConsumerRebalanceListener
 
 from .alerts import build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
-from .checkpoint import Checkpointer, Fenced, InFlight, TransactionAborted, TransactionalCheckpointer
+from .checkpoint import (
+    Checkpointer,
+    Fenced,
+    InFlight,
+    TransactionAborted,
+    TransactionalCheckpointer,
+)
 from .deadletter import dead_letter
 from .decode import Decoded, Decoder, Reject
-from .kafka_clients import ensure_topics, make_consumer, make_producer, make_transactional_producer, transactional_id
+from .kafka_clients import (
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    make_transactional_producer,
+    transactional_id,
+)
 from .metrics import StreamMetrics
 from .scorer import Scorer, ScoreResult
 
@@ -162,6 +174,7 @@ class StreamApp:
             self.producer = make_transactional_producer(k)
             self.checkpoint = TransactionalCheckpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
                                                         transactional_id=transactional_id(k))
+            self.checkpoint.warm_up(k.group_id, [k.alerts_topic, k.deadletter_topic])
         else:
             self.consumer = make_consumer(k)
             self.producer = make_producer(k)
