@@ -295,3 +295,38 @@ def test_a_failed_publish_aborts_the_batch_and_it_is_read_again(kafka_bootstrap,
     consumer.close(autocommit=False)
     view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
     assert [r.value for r in view.records] == [b"alert-retry"] and view.aborted == 3
+
+
+def test_tansu_quirk_read_committed_returns_aborted_records(kafka_bootstrap, unique):
+    """The minimal reproduction of the Tansu quirk the reader above works around (README, Tansu quirks).
+
+    One aborted and one committed transaction; kafka-python's read_committed consumer gets both records
+    from Tansu 0.6.0 (its Fetch response lists no aborted transactions), the marker-aware reader only the
+    committed one. If this fails because Tansu got it right, the workaround can go."""
+    topic = f"quirk-{unique}"
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=f"quirk-{unique}")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send(topic, value=b"aborted")
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send(topic, value=b"committed")
+    p.commit_transaction()
+    p.close()
+    c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=None, isolation_level="read_committed")
+    c.assign([TopicPartition(topic, 0)])
+    c.seek_to_beginning()
+    got, deadline = [], time.monotonic() + 10
+    while len(got) < 2 and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+    c.close()
+    assert got == [b"aborted", b"committed"]  # Apache Kafka would return [b"committed"]
+    view = read_committed(kafka_bootstrap, topic, 1)
+    assert [r.value for r in view.records] == [b"committed"] and view.aborted == 1

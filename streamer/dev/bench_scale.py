@@ -112,7 +112,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     from streamer.pipeline.kafka_clients import ensure_topics
 
     from . import local_services
-    from .bench_stream import _bench_model, _consume_only, _events, _produce
+    from .bench_fixtures import bench_model, consume_only, events_json, produce
 
     s = settings.model_copy(deep=True)
     s.metrics.enabled = False
@@ -123,7 +123,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
         s.kafka.bootstrap = broker.url
     try:
         if model_path is None:
-            model = _bench_model(features, width, depth, device)
+            model = bench_model(features, width, depth, device)
             model_path = str(model.save(tmp / "model"))
         else:
             from streamer.pipeline.provider import StaticModelProvider
@@ -136,8 +136,8 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
         s.kafka.alerts_topic, s.kafka.deadletter_topic = f"scale-alerts-{tag}", f"scale-dead-{tag}"
         ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic], partitions=partitions)
         X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
-        produce_rate = _produce(s.kafka, topic, _events(X, names))
-        consume = _consume_only(s.kafka, topic, events, s.stream.max_batch)
+        produce_rate = produce(s.kafka, topic, events_json(X, names))
+        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
         log(f"scale: {events} events on {partitions} partitions (produced at {produce_rate:,.0f} msg/s); "
             f"consume-only (1 process) {consume:,.0f} msg/s; device {model.device_}")
         results = []

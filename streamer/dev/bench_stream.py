@@ -48,6 +48,8 @@ from streamer.pipeline.decode import Decoder
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import ConstantScorer
 
+from .bench_fixtures import bench_model, consume_only, events_json, produce
+
 
 class _Timeline:
     """Sink recording (commit time, rows, kafka timestamps) per committed batch."""
@@ -132,49 +134,6 @@ class _Fixed:
         return self.model
 
 
-def _bench_model(d: int, width: int, depth: int, device: str, seed: int = 0) -> KDSM:
-    from offline_train.config import ModelConfig, OptimConfig
-
-    X = np.random.default_rng(seed).normal(size=(4000, d))
-    # Throughput does not depend on how well the net is trained: a few steps give real weights and thresholds.
-    return KDSM(model=ModelConfig(width=width, depth=depth), train=OptimConfig(steps=20, device=device, seed=seed)).fit(X)
-
-
-def _events(X: np.ndarray, names: list[str]) -> list[bytes]:
-    return [json.dumps({"id": i, **dict(zip(names, row, strict=True))}, separators=(",", ":")).encode() for i, row in enumerate(X.tolist())]
-
-
-def _produce(k, topic: str, values: list[bytes]) -> float:
-    from streamer.pipeline.kafka_clients import make_producer
-
-    p = make_producer(k, linger_ms=20)
-    t = time.perf_counter()
-    for v in values:
-        p.send(topic, value=v)
-    p.flush()
-    rate = len(values) / (time.perf_counter() - t)
-    p.close()
-    return rate
-
-
-def _consume_only(k, topic: str, n: int, max_batch: int) -> float:
-    from streamer.pipeline.kafka_clients import make_consumer
-
-    c = make_consumer(k, group_id=f"bench-consume-{os.getpid()}-{time.time_ns()}")
-    c.subscribe([topic])
-    got, first, t0, deadline = 0, 0, None, time.monotonic() + 120
-    try:
-        while got < n and time.monotonic() < deadline:
-            recs = c.poll(timeout_ms=200, max_records=max_batch)
-            m = sum(len(v) for v in recs.values())
-            if m and t0 is None:
-                t0, first = time.perf_counter(), m  # the clock starts at the first records (group join excluded)
-            got += m
-        return (got - first) / (time.perf_counter() - t0) if t0 and got > first else 0.0
-    finally:
-        c.close(autocommit=False)
-
-
 def _scorer_only(model: KDSM, X: np.ndarray, max_batch: int, repeats: int = 3) -> float:
     """Rows/s of the forward pass alone, called from a worker thread as the stream calls it (under
     load the same pass measured 2-3x slower from the main thread, see docs/streaming.md)."""
@@ -257,7 +216,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
         s.kafka.bootstrap = broker.url
     try:
-        model = StaticModelProvider(model_path, device).current() if model_path else _bench_model(features, width, depth, device)
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
         names = model.feature_names_
         tag = f"{os.getpid()}-{int(time.time())}"
         topic, lat_topic = f"bench-{tag}", f"bench-lat-{tag}"
@@ -267,14 +226,14 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         X = model.scaler_.inverse_transform(rng.normal(size=(events, len(names))))  # rows on the training scale
         log(f"model {model.version_}: {len(names)} features, device {model.device_}; {events} events, max_batch {s.stream.max_batch}, "
             f"delivery {s.kafka.delivery}")
-        values = _events(X, names)
+        values = events_json(X, names)
         dec = decode_bench(model, values, s.stream.max_batch)
         log(f"decode: json.loads path {dec['reference_json_loads_us']:.2f} us/event, orjson path {dec['fast_orjson_us']:.2f} "
             f"us/event = {dec['speedup']:.2f}x (target >= 3); with 1% malformed {dec['with_1pct_malformed']['speedup']:.2f}x; "
             "parse only: " + ", ".join(f"{k} {v:.2f} us" for k, v in dec["parse_only_us"].items()))
-        produce_rate = _produce(s.kafka, topic, values)
+        produce_rate = produce(s.kafka, topic, values)
         log(f"produced {events} events at {produce_rate:,.0f} msg/s (acks=all)")
-        consume = _consume_only(s.kafka, topic, events, s.stream.max_batch)
+        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
         log(f"consume-only: {consume:,.0f} msg/s")
         none = scorer_kind == "none"
         the_scorer = ConstantScorer(alert_share, s.stream.top_features) if none else None
@@ -363,15 +322,15 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
         broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
         s.kafka.bootstrap = broker.url
     try:
-        model = StaticModelProvider(model_path, device).current() if model_path else _bench_model(features, width, depth, device)
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
         names = model.feature_names_
         tag = f"{os.getpid()}-{int(time.time())}"
         topic = f"sweep-{tag}"
         s.kafka.alerts_topic, s.kafka.deadletter_topic = f"sweep-alerts-{tag}", f"sweep-dead-{tag}"
         ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
         X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
-        _produce(s.kafka, topic, _events(X, names))
-        consume = _consume_only(s.kafka, topic, events, max(batches))
+        produce(s.kafka, topic, events_json(X, names))
+        consume = consume_only(s.kafka, topic, events, max(batches))
         the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
         log(f"sweep: {events} events, consume-only {consume:,.0f} msg/s, delivery {s.kafka.delivery}, "
             f"scorer {scorer_kind}, device {model.device_}")
