@@ -296,6 +296,102 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             broker.stop()
 
 
+def delivery_ab(settings, model_path: str | None = None, events: int = 60000, rounds: int = 3, width: int = 512,
+                depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 5.0,
+                out: str | None = "runs/bench-stream-delivery.json", external_broker: bool = False,
+                scorer_kind: str = "model", alert_share: float = 0.01, log=print) -> dict:
+    """The price of exactly once, A/B: at_least_once and exactly_once in alternation (the order flips every
+    round), on one broker, one pre-produced topic and one model, so a shared machine's load drifts across
+    both alike. Per round and mode: end to end over the backlog, then latency at one common rate (half the
+    first at-least-once end-to-end rate). Medians per mode."""
+    from streamer.pipeline.kafka_clients import ensure_topics
+
+    from . import local_services
+
+    s = settings.model_copy(deep=True)
+    s.metrics.enabled = False
+    if s.stream.threads:
+        import torch
+
+        torch.set_num_threads(s.stream.threads)
+    broker = None
+    tmp = Path(tempfile.mkdtemp(prefix="kdsm-ab-"))
+    if not external_broker:
+        broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
+        s.kafka.bootstrap = broker.url
+    try:
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
+        names = model.feature_names_
+        tag = f"{os.getpid()}-{int(time.time())}"
+        topic = f"ab-{tag}"
+        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"ab-alerts-{tag}", f"ab-dead-{tag}"
+        ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
+        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
+        produce(s.kafka, topic, events_json(X, names))
+        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
+        the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
+        log(f"delivery A/B: {events} events, {rounds} rounds, scorer {scorer_kind}, device {model.device_}, "
+            f"max_batch {s.stream.max_batch}, max_wait_ms {s.stream.max_wait_ms}; consume-only {consume:,.0f} msg/s")
+        runs: dict[str, list] = {"at_least_once": [], "exactly_once": []}
+        rate = None
+        for r in range(rounds):
+            order = ("at_least_once", "exactly_once") if r % 2 == 0 else ("exactly_once", "at_least_once")
+            for mode in order:
+                m = s.model_copy(deep=True)
+                m.kafka.delivery = mode
+                name = f"{mode}-{r}-{tag}"
+                e2e, app = _end_to_end(m, model, topic, f"ab-e2e-{name}", events, the_scorer)
+                if rate is None:
+                    rate = max(1.0, e2e / 2)
+                ensure_topics(m.kafka, [f"ab-lat-{name}"])
+                to_ack, to_commit = _latency(m, model, X, tmp, f"ab-lat-{name}", f"ab-lat-{name}", rate,
+                                             latency_seconds, the_scorer)
+                runs[mode].append({"e2e_events_per_s": round(e2e), "batches": app.counts["batches"],
+                                   "to_alert_acked": to_ack, "to_commit": to_commit})
+                log(f"  round {r + 1} {mode:13s}: {e2e:9,.0f} events/s; at {rate:,.0f}/s p50/p99 to alert acked "
+                    f"{to_ack['p50_ms']}/{to_ack['p99_ms']} ms, to commit {to_commit['p50_ms']}/{to_commit['p99_ms']} ms")
+
+        def med(mode, *path):
+            vals = []
+            for x in runs[mode]:
+                for k in path:
+                    x = x[k]
+                vals.append(x)
+            vals = [v for v in vals if v is not None]
+            return round(float(np.median(vals)), 1) if vals else None
+
+        summary = {mode: {"e2e_events_per_s": med(mode, "e2e_events_per_s"),
+                          "p50_to_alert_acked_ms": med(mode, "to_alert_acked", "p50_ms"),
+                          "p99_to_alert_acked_ms": med(mode, "to_alert_acked", "p99_ms"),
+                          "p50_to_commit_ms": med(mode, "to_commit", "p50_ms"),
+                          "p99_to_commit_ms": med(mode, "to_commit", "p99_ms")} for mode in runs}
+        a, e = summary["at_least_once"], summary["exactly_once"]
+        price = round(e["e2e_events_per_s"] / a["e2e_events_per_s"], 3) if a["e2e_events_per_s"] else None
+        log(f"medians: at_least_once {a['e2e_events_per_s']:,.0f} events/s, p99 to alert acked {a['p99_to_alert_acked_ms']} ms, "
+            f"to commit {a['p99_to_commit_ms']} ms; exactly_once {e['e2e_events_per_s']:,.0f} events/s, p99 to alert acked "
+            f"{e['p99_to_alert_acked_ms']} ms, to commit (= visible to read_committed) {e['p99_to_commit_ms']} ms; "
+            f"throughput exactly_once / at_least_once = {price}")
+        import torch
+
+        result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
+                  "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                              "device": str(model.device_), "load_avg": os.getloadavg()},
+                  "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap, "scorer": scorer_kind,
+                  "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
+                  "max_wait_ms": s.stream.max_wait_ms, "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms,
+                  "linger_ms": s.kafka.linger_ms, "consume_only_msg_per_s": round(consume),
+                  "latency_rate_events_per_s": round(rate or 0), "median": summary,
+                  "throughput_ratio_exactly_once_over_at_least_once": price, "runs": runs}
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(result, indent=2))
+            log(f"wrote {out}")
+        return result
+    finally:
+        if broker:
+            broker.stop()
+
+
 SWEEP_BATCHES = (128, 512, 2000)
 SWEEP_WAITS_MS = (10, 50, 100)
 
@@ -418,9 +514,12 @@ def register_bench(sub, settings_cls) -> None:
                    help="model: score with the K-DSM network; none: scoring excluded (ConstantScorer: the same loop, "
                         "decode, alert encoding, publish and commit; --alert-share of events alert), headline e2e / consume-only")
     p.add_argument("--alert-share", type=float, default=0.01, help="with --scorer none: the share of events that alert")
-    p.add_argument("--delivery", choices=("at_least_once", "exactly_once"),
+    p.add_argument("--delivery", choices=("at_least_once", "exactly_once", "both"),
                    help="kafka.delivery of the streamers (default from config: at_least_once); exactly_once: one "
-                        "transaction per batch, latency to commit = to visible for read_committed subscribers")
+                        "transaction per batch, latency to commit = to visible for read_committed subscribers; both: "
+                        "the two in alternation, --rounds times, on one broker and topic (the price of exactly once; "
+                        "default out runs/bench-stream-delivery.json)")
+    p.add_argument("--rounds", type=int, default=3, help="with --delivery both: A/B rounds")
     p.add_argument("--sweep", action="store_true",
                    help=f"throughput and p99 latency against max_batch x max_wait_ms ({list(SWEEP_BATCHES)} x "
                         f"{list(SWEEP_WAITS_MS)} ms); JSON and a PNG next to --out (default runs/bench-stream-sweep.json)")
@@ -443,6 +542,13 @@ def _main(a, settings_cls) -> int:
         s.kafka.bootstrap = a.bootstrap
     if a.threads:
         s.stream.threads = a.threads
+    if a.max_batch:
+        s.stream.max_batch = a.max_batch
+    if a.delivery == "both":
+        delivery_ab(s, a.model, events=a.events, rounds=a.rounds, width=a.width, depth=a.depth, features=a.features,
+                    device=a.device, out=a.out or "runs/bench-stream-delivery.json", external_broker=bool(a.bootstrap),
+                    scorer_kind=a.scorer, alert_share=a.alert_share)
+        return 0
     if a.delivery:
         s.kafka.delivery = a.delivery
     if a.processes:

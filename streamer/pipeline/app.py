@@ -312,15 +312,16 @@ class StreamApp:
                                              int(rb.offsets[r.index]), r.reason, r.message,
                                              int(rb.timestamps_ms[r.index]), model.version_, k.deadletter_max_bytes,
                                              k.deadletter_oversize))
-            self.metrics.dead_letters.labels(r.reason).inc()
         rows = dec.rows
         flight.scored = ScoredBatch(
             topics=[rb.topics[i] for i in rows.tolist()], partitions=rb.partitions[rows], offsets=rb.offsets[rows],
             timestamps_ms=rb.timestamps_ms[rows], event_ids=dec.ids, event_ts=dec.ts, X=dec.X, scores=res.scores,
             severities=res.severities, model_version=model.version_, schema_hash=model.schema_hash_,
             feature_names=list(model.feature_names_), thresholds=dict(thresholds), n_dead_letters=len(dec.rejects))
-        self.checkpoint.add(flight)
+        self.checkpoint.add(flight)  # exactly once: commits here, or raises TransactionAborted (counted nothing)
         # Metrics, once per batch.
+        for r in dec.rejects:
+            self.metrics.dead_letters.labels(r.reason).inc()
         n_ok, n_dead = len(dec.X), len(dec.rejects)
         self.metrics.events.labels("scored").inc(n_ok)
         self.metrics.events.labels("dead_letter").inc(n_dead)
