@@ -68,12 +68,14 @@ def _child(args_file: str) -> int:
     app = StreamApp(s, Fixed(), sinks=[Timeline()])
     th = threading.Thread(target=app.run, daemon=True)
     th.start()
+    started = time.time()
     deadline = time.monotonic() + a["deadline_s"]
     while time.monotonic() < deadline and th.is_alive():
         time.sleep(0.1)
-        last = commits[-1][0] if commits else None
-        if last is not None and time.time() - last > a["idle_s"]:
-            break  # the topic is drained (nothing committed for idle_s)
+        # Drained: nothing committed for idle_s; a member that never got data stops after the join grace.
+        last = commits[-1][0] if commits else started + a["join_grace_s"]
+        if time.time() - last > a["idle_s"]:
+            break
     app.stop()
     th.join(60)
     Path(a["out"]).write_text(json.dumps({"commits": commits, "counts": app.counts, "device": str(model.device_)}))
@@ -121,6 +123,8 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     if not external_broker:
         broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
         s.kafka.bootstrap = broker.url
+        # Tansu holds a group join for half the session timeout: the dev configs' 6000/1000 keep joins short.
+        s.kafka.session_timeout_ms, s.kafka.heartbeat_interval_ms = 6000, 1000
     try:
         if model_path is None:
             model = bench_model(features, width, depth, device)
@@ -182,7 +186,7 @@ def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Pa
         files = {k: str(tmp / f"{group}-{i}.{k}") for k in ("args", "ready", "out", "log")}
         Path(files["args"]).write_text(json.dumps({
             "settings": c.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), "model": model_path, "device": device, "threads": threads,
-            "ready": files["ready"], "go": str(go), "out": files["out"], "idle_s": 3.0, "deadline_s": 240.0}))
+            "ready": files["ready"], "go": str(go), "out": files["out"], "idle_s": 3.0, "join_grace_s": 20.0, "deadline_s": 240.0}))
         with open(files["log"], "wb") as log_file:
             procs.append(subprocess.Popen([sys.executable, "-m", "streamer.dev.bench_scale", files["args"]],
                                           stdout=log_file, stderr=subprocess.STDOUT))
