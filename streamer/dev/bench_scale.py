@@ -10,7 +10,9 @@ throughput?", in one run against one broker (a local Tansu unless
    load the same artifact onto the same device, warm it up, and wait at a
    barrier; then all start a ``StreamApp`` in one new group at once and read
    the whole topic (decode, score, alerts, commits), each recording
-   (commit time, rows) per batch;
+   (commit time, rows) per batch, until the group's committed offsets reach
+   the end of every partition (the parent watches them; a member alone
+   cannot tell a drained topic from a rebalance in progress);
 3. the group's rate is measured over the window in which every child is
    committing: from the latest first commit to the earliest last commit
    (group joins and the uneven tails are outside it); the whole-run rate
@@ -37,7 +39,8 @@ _READY_TIMEOUT_S = 180.0  # torch import + CUDA init + warm-up, per child, on a 
 
 
 def _child(args_file: str) -> int:
-    """One streamer of the group: load, warm up, signal ready, wait for the go, stream until idle."""
+    """One streamer of the group: load, warm up, signal ready, wait for the go, stream until the parent
+    says the group has committed every partition to its end."""
     from streamer.config import Settings
     from streamer.pipeline.app import StreamApp
     from streamer.pipeline.logs import setup_logging
@@ -68,14 +71,11 @@ def _child(args_file: str) -> int:
     app = StreamApp(s, Fixed(), sinks=[Timeline()])
     th = threading.Thread(target=app.run, daemon=True)
     th.start()
-    started = time.time()
     deadline = time.monotonic() + a["deadline_s"]
-    while time.monotonic() < deadline and th.is_alive():
-        time.sleep(0.1)
-        # Drained: nothing committed for idle_s; a member that never got data stops after the join grace.
-        last = commits[-1][0] if commits else started + a["join_grace_s"]
-        if time.time() - last > a["idle_s"]:
-            break
+    # The parent says when the group's committed offsets reach the end of every partition (a member alone
+    # cannot tell a drained topic from a rebalance in progress).
+    while time.monotonic() < deadline and th.is_alive() and not Path(a["stop"]).exists():
+        time.sleep(0.05)
     app.stop()
     th.join(60)
     Path(a["out"]).write_text(json.dumps({"commits": commits, "counts": app.counts, "device": str(model.device_)}))
@@ -114,7 +114,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     from streamer.pipeline.kafka_clients import ensure_topics
 
     from . import local_services
-    from .bench_fixtures import bench_model, consume_only, events_json, produce
+    from .bench_fixtures import bench_model, consume_only, events_json
 
     s = settings.model_copy(deep=True)
     s.metrics.enabled = False
@@ -140,13 +140,15 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
         s.kafka.alerts_topic, s.kafka.deadletter_topic = f"scale-alerts-{tag}", f"scale-dead-{tag}"
         ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic], partitions=partitions)
         X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
-        produce_rate = produce(s.kafka, topic, events_json(X, names))
+        produce_rate, ends = _produce_counting(s.kafka, topic, events_json(X, names))
+        if sum(ends.values()) != events:
+            raise RuntimeError(f"produced {sum(ends.values())} of {events} events")
         consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
         log(f"scale: {events} events on {partitions} partitions (produced at {produce_rate:,.0f} msg/s); "
             f"consume-only (1 process) {consume:,.0f} msg/s; device {model.device_}")
         results = []
         for n in processes:
-            r = _group(s, model_path, device, threads, n, tmp, f"scale-g{n}-{tag}")
+            r = _group(s, model_path, device, threads, n, tmp, f"scale-g{n}-{tag}", ends)
             r["ratio_to_consume_only"] = round(r["window_events_per_s"] / consume, 3) if consume else None
             results.append(r)
             log(f"  N={n}: {r['window_events_per_s']:,.0f} events/s while all {n} commit ({r['window_s']} s), "
@@ -175,9 +177,44 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
             broker.stop()
 
 
-def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Path, group: str) -> dict:
+def _wait_drained(s, group: str, ends: dict[int, int], procs, timeout_s: float = 240.0) -> None:
+    """Until the group's committed offset of every partition reaches its end (or a child exits)."""
+    from kafka.structs import TopicPartition
+
+    from streamer.pipeline.kafka_clients import make_consumer
+
+    c = make_consumer(s.kafka, group_id=group)  # never subscribes: it only reads the group's offsets
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+            if all((c.committed(TopicPartition(s.kafka.events_topic, part)) or 0) >= end for part, end in ends.items()):
+                return
+            time.sleep(0.2)
+    finally:
+        c.close(autocommit=False)
+
+
+def _produce_counting(k, topic: str, values: list[bytes]) -> tuple[float, dict[int, int]]:
+    """Produce ``values``; msg/s and the end offset of each partition (a new topic: records per partition)."""
+    from collections import Counter
+
+    from streamer.pipeline.kafka_clients import make_producer
+
+    counts: Counter = Counter()
+    p = make_producer(k, linger_ms=20)
+    t = time.perf_counter()
+    for v in values:
+        p.send(topic, value=v).add_callback(lambda md: counts.update((md.partition,)))
+    p.flush()
+    rate = len(values) / (time.perf_counter() - t)
+    p.close()
+    return rate, dict(counts)
+
+
+def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Path, group: str,
+           ends: dict[int, int]) -> dict:
     """Start n children in one group at one barrier; collect their commit timelines."""
-    go = tmp / f"{group}.go"
+    go, stop = tmp / f"{group}.go", tmp / f"{group}.stop"
     procs, outs, readies = [], [], []
     for i in range(n):
         c = s.model_copy(deep=True)
@@ -186,7 +223,7 @@ def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Pa
         files = {k: str(tmp / f"{group}-{i}.{k}") for k in ("args", "ready", "out", "log")}
         Path(files["args"]).write_text(json.dumps({
             "settings": c.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), "model": model_path, "device": device, "threads": threads,
-            "ready": files["ready"], "go": str(go), "out": files["out"], "idle_s": 3.0, "join_grace_s": 20.0, "deadline_s": 240.0}))
+            "ready": files["ready"], "go": str(go), "out": files["out"], "stop": str(stop), "deadline_s": 240.0}))
         with open(files["log"], "wb") as log_file:
             procs.append(subprocess.Popen([sys.executable, "-m", "streamer.dev.bench_scale", files["args"]],
                                           stdout=log_file, stderr=subprocess.STDOUT))
@@ -200,8 +237,10 @@ def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Pa
                 raise RuntimeError(f"bench children not ready (N={n}):\n{tails}")
             time.sleep(0.05)
         go.write_text("go")
+        _wait_drained(s, group, ends, procs)
+        stop.write_text("stop")
         for p in procs:
-            p.wait(300)
+            p.wait(120)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -482,12 +482,17 @@ def _plot_sweep(result: dict, path: Path) -> None:
     ax1.set(xscale="log", xlabel="max_batch", ylabel="events/s", title="end to end (backlog)")
     ax2.set(xscale="log", xlabel="max_batch", ylabel="ms", title="p99 event -> alert acknowledged, at half that rate")
     ax2.axhline(100, color="grey", lw=0.8, ls="--")
+    ax2.set_yscale("log")
+    batches = sorted({p["max_batch"] for p in pts})
     for ax in (ax1, ax2):
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
         ax.legend()
         ax.grid(alpha=0.3)
     m = result["machine"]
-    fig.suptitle(f"kdsm bench stream --sweep ({m['cpu']}, {m['cores']} cores, {m['device']}, delivery {result['delivery']})",
-                 fontsize=9)
+    load = m.get("load_avg")
+    fig.suptitle(f"kdsm bench stream --sweep ({m['cpu']}, {m['cores']} cores, {m['device']}, delivery {result['delivery']}"
+                 + (f", load {load[0]:.1f}" if load else "") + ")", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
