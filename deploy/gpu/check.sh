@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 12, target 5), run on a GPU machine from the repository root:
 #   bash deploy/gpu/prepare.sh          # HERE, with PyPI access: wheels the GPU image lacks -> .whl/
-#   bash deploy/gpu/check.sh OUT_DIR    # THERE (carry .whl): ~3-5 min, no network needed
+#   bash deploy/gpu/check.sh OUT_DIR    # THERE (carry .whl): ~3-5 min on a GPU host (estimate), no network needed
 # Needs python3 with torch (CUDA). The project's other dependencies are used as installed; where they
 # are missing and .whl/ exists, they are installed from there (pip --target /tmp/site, PYTHONPATH).
 # Steps (the scorer on device "auto" = CUDA when present):
@@ -11,6 +11,7 @@
 #   4. kdsm bench stream --processes 1,2,4: N streamers in one consumer group sharing the GPU.
 # FULL=1 adds the earlier CUDA checks (offline tests, kdsm bench train, kdsm train on cardio).
 # Without CUDA (a local dry run, KDSM_TRAIN__DEVICE=cpu) the event counts are smaller so it ends in minutes.
+# With the device tool: command 'bash deploy/gpu/check.sh $OUT', carry [".whl"], timeout_s 540.
 # OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.log, bench-stream.json,
 # bench-stream-none.json, bench-stream-scale.json (+ bench-train.json, full.log with FULL=1).
 set -uo pipefail
@@ -104,3 +105,4 @@ for name, d in (("bench-stream", b), ("bench-stream-none", n), ("bench-stream-sc
         print(f"{name}: MISSING (see check.log)")
 EOF
 echo "check.sh done in $((SECONDS - started)) s"
+sleep 1  # let tee finish check.log before the caller collects OUT_DIR

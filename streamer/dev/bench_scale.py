@@ -87,7 +87,7 @@ def group_rate(children: list[list[tuple[float, int]]]) -> dict:
 
     >>> r = group_rate([[(0.0, 10), (1.0, 10), (2.0, 10)], [(0.5, 5), (1.5, 5), (3.0, 5)]])
     >>> r["window_events_per_s"], r["window_s"], r["rows"]
-    (15.0, 1.5, 45)
+    (16.7, 1.5, 45)
     """
     firsts = [c[0][0] for c in children if c]
     lasts = [c[-1][0] for c in children if c]

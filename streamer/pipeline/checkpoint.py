@@ -57,8 +57,9 @@ alert and dead letter once, and only when the batch's offsets are committed:
 A crash anywhere leaves the transaction open; the restarted instance's
 ``init_transactions`` (same transactional id) aborts it, and the batch is
 read again from the committed offsets: no duplicate, no loss. Sinks (the
-archive) still run after the commit, so they stay at least once and keep
-their own de-duplication.
+archive) run after the commit, outside the transaction, as under
+at-least-once; the archive keeps its (topic, partition, offset)
+de-duplication (docs/streaming.md, "Exactly once").
 """
 
 from __future__ import annotations
