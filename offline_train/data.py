@@ -7,6 +7,7 @@ are counted and skipped, never fatal.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 from collections.abc import Iterator
@@ -18,16 +19,20 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from . import storage
+
 
 class DataError(ValueError):
     """Input data that cannot be used; the message says what and where."""
 
 
-def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
-    """Parquet files named by a file, a directory (searched recursively) or a glob."""
+def resolve_paths(spec: str | os.PathLike | list) -> list[Path | str]:
+    """Parquet files named by a file, a directory (searched recursively) or a glob; local Paths or URIs."""
     if isinstance(spec, list):
         return [p for s in spec for p in resolve_paths(s)]
     text = str(spec)
+    if storage.is_remote(text):
+        return _resolve_remote(text)
     path = Path(text)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
@@ -42,6 +47,37 @@ def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
     return files
 
 
+def _resolve_remote(uri: str) -> list[str]:
+    """The object-store side of ``resolve_paths``; a prefix holding published archive files yields only those."""
+    if any(ch in uri for ch in "*?["):
+        head = uri[:min(uri.index(ch) for ch in "*?[" if ch in uri)].rsplit("/", 1)[0]
+        pattern = storage.resolve(uri)[1]
+        files = sorted(storage.to_location(uri, f.path) for f in storage.list_files(head)
+                       if fnmatch.fnmatchcase(f.path, pattern))
+    else:
+        kind = storage.info(uri).type
+        if kind == storage.pafs.FileType.File:
+            files = [uri]
+        elif kind == storage.pafs.FileType.NotFound:
+            storage.check_bucket(uri)  # a missing bucket says so
+            raise DataError(f"no such object or prefix: {uri}")
+        elif storage.exists(storage.join(uri, storage.MARKERS)):
+            files = [str(f) for f in storage.committed_files(uri)]
+        else:
+            files = sorted(storage.to_location(uri, f.path) for f in storage.list_files(uri, ".parquet")
+                           if not f.base_name.startswith((".", "_")))
+    if not files:
+        raise DataError(f"no Parquet files found at {uri}")
+    return files
+
+
+def open_parquet(location) -> pq.ParquetFile:
+    """A ``ParquetFile`` for a local path or a URI."""
+    fs, path = storage.resolve(location)
+    with storage.guard(location):
+        return pq.ParquetFile(fs.open_input_file(path))
+
+
 # The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
 BUNDLED_CARDIO = Path(__file__).resolve().parent / "bundled" / "cardio.parquet"
 
@@ -51,7 +87,16 @@ def read_table(spec: str | os.PathLike | list) -> pa.Table:
     return _dataset(resolve_paths(spec)).to_table()
 
 
-def _dataset(files: list[Path]) -> ds.Dataset:
+def _dataset(files: list[Path | str]) -> ds.Dataset:
+    if files and any(storage.is_remote(f) for f in files):
+        resolved = [storage.resolve(f) for f in files]
+        if len({type(fs).__name__ + fs.type_name for fs, _ in resolved}) > 1:
+            raise DataError("local files and object-store files cannot be mixed in one data set")
+        try:
+            with storage.guard(files[0]):
+                return ds.dataset([p for _, p in resolved], format="parquet", filesystem=resolved[0][0])
+        except pa.ArrowInvalid as e:
+            raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
     try:
         return ds.dataset([str(f) for f in files], format="parquet")
     except (pa.ArrowInvalid, OSError) as e:
