@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +62,19 @@ def _resolve_remote(uri: str) -> list[str]:
         elif kind == storage.pafs.FileType.NotFound:
             storage.check_bucket(uri)  # a missing bucket says so
             raise DataError(f"no such object or prefix: {uri}")
-        elif storage.exists(storage.join(uri, storage.MARKERS)):
-            files = [str(f) for f in storage.committed_files(uri)]
         else:
-            files = sorted(storage.to_location(uri, f.path) for f in storage.list_files(uri, ".parquet")
-                           if not f.base_name.startswith((".", "_")))
+            # Archive files (date=*/part-*.parquet) count only once published (a marker names them).
+            listed = storage.list_files(uri)
+            marker = f"/{storage.MARKERS}/"
+            published = {f.path.replace(marker, "/", 1)[:-len(".json")] for f in listed
+                         if marker in f.path and f.path.endswith(".parquet.json")}
+            files = []
+            for f in listed:
+                archived = f.base_name.startswith("part-") and posixpath.basename(posixpath.dirname(f.path)).startswith("date=")
+                if (f.base_name.endswith(".parquet") and not f.base_name.startswith((".", "_"))
+                        and (f.path in published or not archived)):
+                    files.append(storage.to_location(uri, f.path))
+            files.sort()
     if not files:
         raise DataError(f"no Parquet files found at {uri}")
     return files
