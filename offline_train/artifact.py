@@ -87,7 +87,16 @@ def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], me
 
 
 def publish_artifact(src: str | os.PathLike, dst) -> str:
-    """Copy a local artifact directory (report included) to ``dst``, local or remote, ``metadata.json`` last."""
+    """Copy an artifact directory (report included) to ``dst``, local or remote, ``metadata.json`` last.
+
+    A remote ``src`` is first downloaded (weights and metadata) to a temp directory.
+    """
+    if storage.is_remote(src):
+        with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
+            storage.download_dir(src, tmp, [METADATA, WEIGHTS])
+            if not (Path(tmp) / METADATA).is_file():
+                raise ArtifactError(f"no model artifact at {src} (no {METADATA})")
+            return publish_artifact(tmp, dst)
     if not storage.is_remote(dst):
         with atomic_directory(dst) as tmp:
             shutil.copytree(src, tmp, dirs_exist_ok=True)

@@ -159,8 +159,8 @@ def test_registry_store_on_s3_serves_and_swaps(s3_root, redis_client, unique, ti
         assert provider.version == v0
         det = KDSM.load(tiny_model_dir, device="cpu")
         det.version_ = "v-second"
-        det.save(tmp_path / "second")
-        v1 = reg.add(tmp_path / "second")
+        det.save(f"{s3_root}/trained/second")  # trained straight to the bucket, then added from there
+        v1 = reg.add(f"{s3_root}/trained/second")
         reg.promote(v1)
         assert provider.wait_for(v1, timeout=20)
         X, _ = make_blobs(n=50)
