@@ -42,7 +42,9 @@ appears whole or not at all), then a small marker
 (``closed_files``, retrain, ``kdsm train --data`` on the archive root) trust
 only files with a marker. A streamer killed between the two leaves an
 unmarked object and its spool; the next start re-publishes the spool under
-the same key, so the object is never counted twice. Retention deletes the
+the same key, so the object is never counted twice. A publish that fails
+(store unreachable) leaves the spool, unlocked; the roll thread retries it
+every ``RETRY_S`` seconds, as does the next start. Retention deletes the
 marker first, then the object.
 
 >>> import tempfile
@@ -86,6 +88,7 @@ META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schem
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
 RESERVED = {"id", "ts", *META_COLUMNS}
 SPOOL = "_spool"
+RETRY_S = 30.0  # how often the roll thread retries publishing spools whose conversion failed
 
 
 def archive_schema(feature_names: list[str]) -> pa.Schema:
@@ -294,11 +297,16 @@ class ArchiveSink:
     # ------------------------------------------------------------ internals
     def _tick_loop(self) -> None:
         period = min(1.0, self.cfg.max_file_seconds / 4)
+        last_recover = time.monotonic()
         while not self._stop.wait(period):
             try:
                 self.maybe_roll()
                 self._drain()
-            except Exception as e:  # a full disk must not kill the thread; the spool is recovered at the next start
+                if time.monotonic() - last_recover >= RETRY_S:
+                    # A conversion that failed (object store down, disk full) left its spool unlocked: retry it.
+                    last_recover = time.monotonic()
+                    self.recover()
+            except Exception as e:  # a full disk or an unreachable store must not kill the thread; the spool is retried
                 log.error({"event": "archive_roll_failed", "error": str(e)})
 
     def _drain(self) -> None:
