@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,33 @@ def test_archive_killed_between_object_and_marker_recovers_once(s3_root, tmp_pat
     files = closed_files(cfg.dir)
     assert len(files) == 1 and str(files[0]).endswith(data[0].base_name)
     assert archive_rows(cfg.dir).num_rows == 300
+
+
+def test_archive_publish_is_retried_after_a_store_outage(s3_root, s3_endpoint, tmp_path, monkeypatch, caplog):
+    """The store goes away while a file closes: the spool stays, the roll thread publishes it once the store is back."""
+    from offline_train.config import StorageConfig
+    from streamer.lifecycle import archive
+
+    monkeypatch.setattr(archive, "RETRY_S", 0.5)
+    up = StorageConfig(s3_endpoint=s3_endpoint, s3_access_key="kdsm", s3_secret_key="kdsm-dev-secret")
+    cfg = ArchiveConfig(dir=f"{s3_root}/archive", spool_dir=str(tmp_path / "spool"), fsync=False, max_file_seconds=0.5)
+    sink = ArchiveSink(cfg)  # with its background roll thread
+    try:
+        storage.configure(up.model_copy(update={"s3_endpoint": "http://127.0.0.1:1", "retries": 1}))
+        sink.on_committed(example_batch(200, features=FEATURES))
+        deadline = time.monotonic() + 20
+        while "archive_roll_failed" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "archive_roll_failed" in caplog.text  # the close happened while the store was down
+        assert len(list((tmp_path / "spool" / "_spool").glob("*.arrows"))) == 1  # ... and the rows wait in the spool
+        storage.configure(up)
+        deadline = time.monotonic() + 20
+        while not closed_files(cfg.dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        sink.close()
+    assert archive_rows(cfg.dir).num_rows == 200
+    assert not list((tmp_path / "spool" / "_spool").glob("*.arrows"))
 
 
 def test_upload_killed_mid_object_leaves_nothing(s3_root):
