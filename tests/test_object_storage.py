@@ -27,6 +27,7 @@ from streamer.config import Settings
 from streamer.lifecycle.archive import ArchiveSink, closed_files, example_batch
 from streamer.lifecycle.config import ArchiveConfig
 from streamer.lifecycle.registry import ArtifactStore, ModelRegistry, RegistryModelProvider
+from streamer.ops.cli import main as kdsm_main
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +200,7 @@ def test_registry_store_on_s3_serves_and_swaps(s3_root, redis_client, unique, ti
     assert not reg.store.exists(v1)
 
 
-def test_kdsm_train_and_score_on_s3_and_clear_errors(s3_root, s3_endpoint, tmp_path):
+def test_kdsm_train_and_score_on_s3_and_clear_errors(s3_root, s3_endpoint, tmp_path, monkeypatch, capsys):
     X, out = make_blobs(n=800)
     local = write_parquet(tmp_path / "train.parquet", np.vstack([X, out]), FEATURES)
     storage.upload_dir(local.parent, f"{s3_root}/data", manifest="train.parquet")
@@ -212,19 +213,24 @@ def test_kdsm_train_and_score_on_s3_and_clear_errors(s3_root, s3_endpoint, tmp_p
     assert r.returncode == 0, r.stderr
     scored = ParquetSource(f"{s3_root}/scores/out.parquet", features=["score"])._ds.to_table()
     assert scored.num_rows == 830 and version in r.stdout
-    # A second train to the same prefix needs --force; a missing bucket and an unreachable endpoint are one line.
-    r = kdsm("train", "--data", f"{s3_root}/data", "--out", f"{s3_root}/model", "--steps", "10", "--quiet")
-    assert r.returncode == 2 and "already holds a model artifact" in r.stderr
-    r = kdsm("train", "--data", "s3://no-such-bucket-kdsm/data", "--out", str(tmp_path / "m"), "--quiet")
-    assert r.returncode == 2 and "bucket 'no-such-bucket-kdsm' does not exist" in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    os.environ["KDSM_STORAGE__S3_ENDPOINT"] = "http://127.0.0.1:1"
-    try:
-        r = kdsm("score", "--model", f"{s3_root}/model", "--data", str(local), "--out", str(tmp_path / "o.parquet"))
-    finally:
-        os.environ["KDSM_STORAGE__S3_ENDPOINT"] = s3_endpoint
-    assert r.returncode == 2 and "cannot reach the object store at http://127.0.0.1:1" in r.stderr
-    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # A second train to the same prefix needs --force; a missing bucket and an unreachable endpoint are one line
+    # (in-process: the same `kdsm` entry point, without a torch import per case).
+    def one_line_error(argv: list[str], capsys) -> str:
+        assert kdsm_main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        return err
+
+    assert "already holds a model artifact" in one_line_error(
+        ["train", "--data", f"{s3_root}/data", "--out", f"{s3_root}/model", "--steps", "10", "--quiet"], capsys)
+    assert "bucket 'no-such-bucket-kdsm' does not exist" in one_line_error(
+        ["train", "--data", "s3://no-such-bucket-kdsm/data", "--out", str(tmp_path / "m"), "--quiet"], capsys)
+    assert "bucket 'no-such-bucket-kdsm' does not exist" in one_line_error(
+        ["score", "--model", f"{s3_root}/model", "--data", str(local), "--out", "s3://no-such-bucket-kdsm/o.parquet"], capsys)
+    monkeypatch.setenv("KDSM_STORAGE__S3_ENDPOINT", "http://127.0.0.1:1")
+    assert "cannot reach the object store at http://127.0.0.1:1" in one_line_error(
+        ["score", "--model", f"{s3_root}/model", "--data", str(local), "--out", str(tmp_path / "o.parquet")], capsys)
+    monkeypatch.setenv("KDSM_STORAGE__S3_ENDPOINT", s3_endpoint)
 
 
 def test_kdsm_retrain_from_an_s3_archive_into_an_s3_store(s3_root, redis_url, unique, tiny_model_dir, tmp_path):
