@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -117,6 +118,8 @@ def test_archive_publish_is_retried_after_a_store_outage(s3_root, s3_endpoint, t
     up = StorageConfig(s3_endpoint=s3_endpoint, s3_access_key="kdsm", s3_secret_key="kdsm-dev-secret")
     cfg = ArchiveConfig(dir=f"{s3_root}/archive", spool_dir=str(tmp_path / "spool"), fsync=False, max_file_seconds=0.5)
     sink = ArchiveSink(cfg)  # with its background roll thread
+    archive_log = logging.getLogger("kdsm.archive")  # its own handler: the CLI's logging setup may stop propagation
+    archive_log.addHandler(caplog.handler)
     try:
         storage.configure(up.model_copy(update={"s3_endpoint": "http://127.0.0.1:1", "retries": 1}))
         sink.on_committed(example_batch(200, features=FEATURES))
@@ -130,6 +133,7 @@ def test_archive_publish_is_retried_after_a_store_outage(s3_root, s3_endpoint, t
         while not closed_files(cfg.dir) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
+        archive_log.removeHandler(caplog.handler)
         sink.close()
     assert archive_rows(cfg.dir).num_rows == 200
     assert not list((tmp_path / "spool" / "_spool").glob("*.arrows"))
