@@ -62,6 +62,7 @@ REASONS = {
     "missing_feature": "a model feature is absent",
     "non_numeric_feature": "a feature value is not a JSON number (strings, booleans, null, arrays, objects)",
     "non_finite_feature": "a feature value is NaN, infinite or out of float64 range",
+    "type_mismatch": "a categorical or boolean feature, or a nested feature's parent, has a value of another JSON type (feature spec)",
     "scoring_error": "the scorer failed on the event (should not happen; see the message)",
 }
 
@@ -90,6 +91,7 @@ class Decoded:
     ids: list  # event ids of the valid rows
     ts: list  # event timestamps of the valid rows (None where absent)
     rejects: list[Reject] = field(default_factory=list)
+    records: list | None = None  # the valid rows' JSON objects (feature-spec models: explanations quote them)
 
 
 class Decoder:
