@@ -53,6 +53,8 @@ def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
 
 # The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
 BUNDLED_CARDIO = Path(__file__).resolve().parent / "bundled" / "cardio.parquet"
+# Mixed events for ``kdsm demo --mixed``: Solar Flare from river's wheel (offline_train.evaluation.solar_flare).
+BUNDLED_SOLAR_FLARE = Path(__file__).resolve().parent / "bundled" / "solar_flare.parquet"
 
 
 def read_table(spec: str | os.PathLike | list) -> pa.Table:

@@ -572,7 +572,7 @@ class FittedFeatures:
         if f.kind == "numeric":
             value = float(raw) if rec is not None and not missing else float(f.inverse_number(x[a]))
             exp = float(f.inverse_number(expected[a]))
-            text = f"{name} = {value:.6g} (expected {exp:.6g})"
+            text = f"{name} = {value:.6g} (expected {exp:.4g})"
             return {"name": name, "value": value, "expected": exp, "contribution": contrib,
                     "direction": int(np.sign(direction[a])), "text": text}
         if f.kind == "boolean":
@@ -597,7 +597,12 @@ class FittedFeatures:
             exp = f.categories[j] if f.categories[j] is not None else f"bucket {j}"
             fallback = None
         value = str(raw) if rec is not None and not missing else fallback
-        text = f'{name} = "{value}" (expected "{exp}")' if value is not None else f'{name} = none (expected "{exp}")'
+        if value is None:
+            text = f'{name} = none (expected "{exp}")'
+        elif value == exp:  # the category itself is expected; its columns still carry the score: the combination is odd
+            text = f'{name} = "{value}" (expected "{exp}" too, but not with these other values)'
+        else:
+            text = f'{name} = "{value}" (expected "{exp}")'
         return {"name": name, "value": value, "expected": exp, "contribution": contrib, "direction": 0, "text": text}
 
 
