@@ -121,7 +121,7 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
                 ok[list(encoded.reasons)] = False
             scores = np.full(len(X), np.nan)
             scores[ok] = det.decision_function(X[ok])
-            sev = det.severity(np.where(ok, scores, -np.inf)).astype(str)
+            sev = det.severity(np.where(ok, scores, -np.inf)).astype(object)  # str would size to the longest name: "invalid" cut to "i"
             sev[~ok] = "invalid"
             cols = {c: rb.column(c) for c in passthrough}
             cols["score"] = pa.array(scores, mask=~ok)

@@ -234,3 +234,25 @@ def test_spec_decoder_gives_the_numeric_decoders_reason_codes():
     assert [r.reason for r in a.rejects] == expect
     assert [r.index for r in a.rejects] == list(range(5, 5 + len(corpus)))
     assert len(a.records) == 5 and a.records[0]["other"] == "x"
+
+
+def test_score_job_applies_the_models_spec(mixed_parquet, tmp_path):
+    from offline_train.job import score_job
+
+    src = ParquetSource(mixed_parquet)
+    X, _ = src.load()
+    det = KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=20, precision="fp32")).fit(X, features=src.encoder)
+    det.save(tmp_path / "m")
+    t = mixed_table(50, seed=5)
+    amount = t.column("amount").to_pylist()
+    amount[3] = None  # amount is missing: reject -> the row is invalid, not a crash
+    t = t.set_column(t.schema.get_field_index("amount"), "amount", pa.array(amount))
+    pq.write_table(t, tmp_path / "new.parquet")
+    counts = score_job(tmp_path / "m", tmp_path / "new.parquet", tmp_path / "scored.parquet", log=lambda m: None)
+    assert counts == {"rows": 50, "invalid": 1}
+    scored = pq.read_table(tmp_path / "scored.parquet")
+    assert scored.column("severity").to_pylist()[3] == "invalid" and scored.column("score").null_count == 1
+    rows = t.to_pylist()
+    ok = [i for i in range(50) if i != 3]
+    np.testing.assert_allclose(np.asarray(scored.column("score").to_pylist())[ok].astype(float),
+                               det.decision_function(det.features_.encode_records([rows[i] for i in ok]).X))
