@@ -415,7 +415,7 @@ def _fit_one(spec: FeatureSpec, p: ColumnProfile) -> Fitted:
         return Fitted(spec, "onehot", fill, categories=vocab,
                       columns=[f"{name}={c}" for c in vocab] + [f"{name}={UNSEEN}"], indicator=indicator)
     if kind == "frequency":
-        total = max(1, p.present + p.overflow)
+        total = max(1, p.present)  # every row with a value (the overflow rows included)
         freqs = {c: n / total for c, n in ranked[:_MAX_FREQUENCIES]}
         return Fitted(spec, "frequency", fill, frequencies=freqs, columns=[f"{name}:frequency"], indicator=indicator)
     b = spec.hash_buckets

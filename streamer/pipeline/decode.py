@@ -2,7 +2,9 @@
 
 An event is a flat JSON object (UTF-8): an id, an optional timestamp, an
 optional schema hash and one numeric value per model feature, by name
-(DESIGN 5). Extra keys are ignored.
+(DESIGN 5). Extra keys are ignored. (A model with a feature spec, whose
+events carry categories, booleans, optional or nested fields, is read by
+``decode_spec.SpecDecoder`` instead.)
 
 Two paths, one behaviour:
 
