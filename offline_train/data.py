@@ -25,7 +25,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .features import FittedFeatures, SpecError, candidate_specs, infer_specs, is_numeric_only, profile, schema_leaves
+from .features import (
+    FittedFeatures,
+    SpecError,
+    candidate_specs,
+    infer_specs,
+    is_numeric_only,
+    profile,
+    schema_leaves,
+)
 
 
 class DataError(ValueError):

@@ -8,7 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from stream_support import malformed_corpus
 
 from offline_train.artifact import ArtifactError, schema_hash

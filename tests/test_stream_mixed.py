@@ -13,7 +13,15 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from stream_support import Collect, StreamerThread, create_topics, make_settings, produce, read_topic, wait_for
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    make_settings,
+    produce,
+    read_topic,
+    wait_for,
+)
 from test_features import mixed_table
 
 from offline_train.config import FeatureSpec
