@@ -224,7 +224,8 @@ def test_spec_decoder_gives_the_numeric_decoders_reason_codes():
     spec_dec = SpecDecoder(_encoder(specs, t), schema_hash="h")
     num_dec = Decoder(names, schema_hash="h")
     corpus = malformed_corpus(names, 65536)
-    good = [json.dumps({"id": i, "f0": 0.1 * i, "f1": 2, "f2": -1.5, "other": "x"}).encode() for i in range(5)]
+    good = [json.dumps({"id": i, "f0": 0.1 * i, "f1": 2, "f2": -1.5, "other": "x"}).encode() for i in range(4)]
+    good.append(b'{"id": 123456789012345678901234567890, "f0": 1, "f1": 2, "f2": 3}')  # an int id orjson reads as float
     values = good + [raw for _, raw, _ in corpus]
     a, b = spec_dec.decode(values), num_dec.decode(values)
     np.testing.assert_array_equal(a.X, b.X)

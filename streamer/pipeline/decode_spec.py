@@ -54,7 +54,7 @@ class SpecDecoder(Decoder):
                     o = loads(v)
                 except ValueError:  # orjson.JSONDecodeError
                     pass
-            if type(o) is not dict:
+            if type(o) is not dict or type(o.get(self.id_field)) is float:  # orjson reads ints beyond 2**64 as floats
                 o = self._parse(i, v, rejects)  # the reference parser: the object (NaN literals) or the reason
                 if o is None:
                     continue
