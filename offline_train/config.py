@@ -120,6 +120,7 @@ class RefineConfig(Section):
     rounds: int = Field(3, ge=0, description="refinement rounds (evenly spaced over the step budget): rescore every row, keep the normal-looking ones")
     keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
     max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
+    threshold: float = Field(0.5, gt=0, lt=1, description="auto: rows whose isolation score 2^(-E[h]/c(n)) exceeds this count as contamination (0.5: Liu et al. 2008)")
 
     @field_validator("keep")
     @classmethod

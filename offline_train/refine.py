@@ -16,9 +16,9 @@ C-steps of the minimum covariance determinant):
    share is one minus the forest's own contamination estimate, so it follows
    the data: about 10% left out of data with 10% planted anomalies, a third
    of ADBench breastw (34% anomalies). It does not fall to zero on clean
-   data (10-50% of ADBench's clean training sets), which costs accuracy
-   there: docs/contaminated.md. Rows left out of the core come back once
-   the network finds them normal.
+   data (10-50% of ADBench's clean training sets, as many as on the
+   contaminated ones), which costs accuracy there: docs/contaminated.md.
+   Rows left out of the core come back once the network finds them normal.
 
 The step budget is unchanged: the rounds split it, they do not add to it.
 
@@ -45,15 +45,16 @@ class WarmStart:
     """An isolation forest on the training rows: its ranking gives the core, its score the contamination estimate.
 
     ``contamination_`` is the share of rows whose isolation score
-    ``s = 2 ** (-E[h(x)] / c(n))`` exceeds 0.5, the rule of Liu, Ting and
-    Zhou (2008) that scikit-learn uses for ``contamination="auto"``: rows
-    isolated in fewer splits than an average unsuccessful search are anomalies.
+    ``s = 2 ** (-E[h(x)] / c(n))`` exceeds ``threshold`` (``refine.threshold``);
+    0.5 is the rule of Liu, Ting and Zhou (2008) that scikit-learn uses for
+    ``contamination="auto"``: rows isolated in fewer splits than an average
+    unsuccessful search are anomalies.
     """
 
-    def __init__(self, Z: np.ndarray, seed: int):
+    def __init__(self, Z: np.ndarray, seed: int, threshold: float = 0.5):
         iso = IsolationForest(random_state=seed, n_jobs=1).fit(Z)
         self.scores_ = -iso.score_samples(Z)  # s in (0, 1]; higher = isolated sooner
-        self.contamination_ = float(np.mean(self.scores_ > 0.5))
+        self.contamination_ = float(np.mean(self.scores_ > threshold))
 
     def core(self, keep: float) -> np.ndarray:
         """Indices of the ``keep`` share of rows the forest finds least anomalous (sorted)."""
@@ -83,7 +84,7 @@ class Refinement:
     def __init__(self, config, Z: np.ndarray, steps: int, seed: int, device="cpu"):
         self.config = config
         self._Zt = torch.as_tensor(Z, dtype=torch.float32, device=device)
-        self.warm_ = WarmStart(Z, seed)
+        self.warm_ = WarmStart(Z, seed, config.threshold)
         if config.keep == "auto":
             self.keep_ = 1.0 - min(self.warm_.contamination_, config.max_drop)
         else:

@@ -46,6 +46,8 @@ class KafkaConfig(Section):
     linger_ms: int = Field(5, ge=0, description="producer: wait this long to fill a batch of alerts")
     producer_batch_bytes: int = Field(262144, gt=0, description="producer: bytes per partition batch")
     delivery_timeout_s: float = Field(30.0, gt=0, description="longest wait for the broker to acknowledge a batch's alerts")
+    delivery: Literal["at_least_once", "exactly_once"] = Field("at_least_once", description="at_least_once: alerts are acked, then offsets committed (a crash re-sends, subscribers de-duplicate by alert_id); exactly_once: a batch's alerts, dead letters and offsets commit in one Kafka transaction (subscribers read with isolation.level=read_committed)")
+    transactional_id: str | None = Field(None, description="exactly_once: this instance's transactional id, stable across its restarts and unique in the group (a second process with the same id fences the first); None = <group_id>.<hostname>")
 
 
 class RedisConfig(Section):

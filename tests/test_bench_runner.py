@@ -115,5 +115,10 @@ def test_default_method_is_kdsm_train_default_and_compare_reads_the_csv(tmp_path
     printed = capsys.readouterr().out
     assert printed.splitlines()[2].startswith("| default |") and "of 2 |" in printed
     assert table.read_text().endswith(printed)
+    # An ablation: the same CSV under a label stands beside the original as its own method.
+    assert main(["bench", "compare", str(out / "results.csv"), f"{out / 'results.csv'}=variant", "--setting", "unsup",
+                 "--focus", "variant"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("| variant |") and any(line.startswith("| default |") for line in lines)
     assert main(["bench", "compare", str(tmp_path / "missing.csv"), "--setting", "unsup"]) == 2
     assert "no such results file" in capsys.readouterr().err

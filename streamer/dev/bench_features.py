@@ -85,11 +85,12 @@ def _fit(specs, records: list[dict]):
 def _numeric_decode_json(tree: str) -> dict:
     """``bench_stream.decode_bench`` (numeric, 6 flat floats) run in a subprocess on the code at ``tree``."""
     code = ("import json, numpy as np\n"
-            "from streamer.dev.bench_stream import decode_bench, _events\n"
+            "from streamer.dev.bench_stream import decode_bench\n"
+            "from streamer.dev.bench_fixtures import events_json\n"
             "names = [f'f{j}' for j in range(6)]\n"
             "X = np.random.default_rng(1).normal(size=(20000, 6))\n"
             "class M: feature_names_ = names; schema_hash_ = 'h'\n"
-            "print(json.dumps(decode_bench(M, _events(X, names), 2000)))\n")
+            "print(json.dumps(decode_bench(M, events_json(X, names), 2000)))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tree)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -99,7 +100,8 @@ def run_speed(settings, events: int = 20000, repeats: int = 5, compare_tree: str
               out: str | None = "docs/results/features/speed.json", log=print) -> dict:
     import orjson
 
-    from streamer.dev.bench_stream import _events, _per_event_us
+    from streamer.dev.bench_fixtures import events_json
+    from streamer.dev.bench_stream import _per_event_us
     from streamer.pipeline.decode import Decoder
     from streamer.pipeline.decode_spec import SpecDecoder
 
@@ -120,7 +122,7 @@ def run_speed(settings, events: int = 20000, repeats: int = 5, compare_tree: str
 
     names = [f"f{j}" for j in range(6)]
     X = np.random.default_rng(1).normal(size=(events, 6))
-    num_values = _events(X, names)
+    num_values = events_json(X, names)
     num_fast = _per_event_us(Decoder(names, schema_hash="h").decode, num_values, batch, repeats)
     num_spec = _fit_numeric_spec(names, X)
     num_via_spec = _per_event_us(SpecDecoder(num_spec, schema_hash="h").decode, num_values, batch, repeats)

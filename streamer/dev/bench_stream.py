@@ -48,6 +48,8 @@ from streamer.pipeline.decode import Decoder
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import ConstantScorer
 
+from .bench_fixtures import bench_model, consume_only, events_json, produce
+
 
 class _Timeline:
     """Sink recording (commit time, rows, kafka timestamps) per committed batch."""
@@ -132,49 +134,6 @@ class _Fixed:
         return self.model
 
 
-def _bench_model(d: int, width: int, depth: int, device: str, seed: int = 0) -> KDSM:
-    from offline_train.config import ModelConfig, OptimConfig
-
-    X = np.random.default_rng(seed).normal(size=(4000, d))
-    # Throughput does not depend on how well the net is trained: a few steps give real weights and thresholds.
-    return KDSM(model=ModelConfig(width=width, depth=depth), train=OptimConfig(steps=20, device=device, seed=seed)).fit(X)
-
-
-def _events(X: np.ndarray, names: list[str]) -> list[bytes]:
-    return [json.dumps({"id": i, **dict(zip(names, row, strict=True))}, separators=(",", ":")).encode() for i, row in enumerate(X.tolist())]
-
-
-def _produce(k, topic: str, values: list[bytes]) -> float:
-    from streamer.pipeline.kafka_clients import make_producer
-
-    p = make_producer(k, linger_ms=20)
-    t = time.perf_counter()
-    for v in values:
-        p.send(topic, value=v)
-    p.flush()
-    rate = len(values) / (time.perf_counter() - t)
-    p.close()
-    return rate
-
-
-def _consume_only(k, topic: str, n: int, max_batch: int) -> float:
-    from streamer.pipeline.kafka_clients import make_consumer
-
-    c = make_consumer(k, group_id=f"bench-consume-{os.getpid()}-{time.time_ns()}")
-    c.subscribe([topic])
-    got, first, t0, deadline = 0, 0, None, time.monotonic() + 120
-    try:
-        while got < n and time.monotonic() < deadline:
-            recs = c.poll(timeout_ms=200, max_records=max_batch)
-            m = sum(len(v) for v in recs.values())
-            if m and t0 is None:
-                t0, first = time.perf_counter(), m  # the clock starts at the first records (group join excluded)
-            got += m
-        return (got - first) / (time.perf_counter() - t0) if t0 and got > first else 0.0
-    finally:
-        c.close(autocommit=False)
-
-
 def _scorer_only(model: KDSM, X: np.ndarray, max_batch: int, repeats: int = 3) -> float:
     """Rows/s of the forward pass alone, called from a worker thread as the stream calls it (under
     load the same pass measured 2-3x slower from the main thread, see docs/streaming.md)."""
@@ -198,11 +157,41 @@ def _scorer_loop(model: KDSM, X: np.ndarray, max_batch: int, repeats: int) -> fl
 def _stream(settings, model, topic: str, group: str, n: int, scorer=None):
     s = settings.model_copy(deep=True)
     s.kafka.events_topic, s.kafka.group_id = topic, group
+    s.kafka.transactional_id = f"{group}.tx"  # exactly_once: one id per streamer of the run
     tl, acks = _Timeline(), _AlertAcks()
     app = StreamApp(s, _Fixed(model), sinks=[tl], scorer=scorer, on_alert_acked=acks)
     th = threading.Thread(target=app.run, kwargs={"max_events": n}, daemon=True)
     th.start()
     return app, tl, acks, th
+
+
+def _end_to_end(s, model, topic: str, group: str, n: int, scorer=None) -> tuple[float, StreamApp]:
+    """Events/s of StreamApp over a pre-produced backlog, from its first commit to its last."""
+    app, tl, _, th = _stream(s, model, topic, group, n, scorer)
+    th.join(300)
+    if not tl.rows:
+        raise RuntimeError(f"the end-to-end streamer committed nothing (group {group})")
+    (t_first, n_first), (t_last, _) = tl.rows[0], tl.rows[-1]
+    done = sum(n for _, n in tl.rows)
+    return ((done - n_first) / (t_last - t_first) if t_last > t_first else 0.0), app
+
+
+def _latency(s, model, X: np.ndarray, tmp: Path, topic: str, group: str, rate: float, seconds: float,
+             scorer=None) -> tuple[dict, dict]:
+    """Event -> alert acknowledged and event -> commit percentiles, ``kdsm replay`` producing at ``rate``
+    in its own process. Under exactly_once the commit is when alerts become visible to read_committed readers."""
+    n = int(min(len(X), max(rate * seconds, 1)))
+    data = write_parquet(tmp / f"{topic}.parquet", X[:n], model.feature_names_)
+    app, tl, acks, th = _stream(s, model, topic, group, n, scorer)
+    if not app.ready.wait(60):
+        raise RuntimeError("latency streamer got no partitions")
+    cfg = tmp / "bench.yaml"
+    cfg.write_text(json.dumps({"kafka": {"bootstrap": s.kafka.bootstrap}}))  # JSON is YAML
+    subprocess.run([sys.executable, "-m", "streamer", "replay", "--data", str(data), "--topic", topic,
+                    "--rate", str(rate), "--config", str(cfg)], check=True, stdout=subprocess.DEVNULL)
+    th.join(120)
+    lat = np.concatenate(tl.latencies) if tl.latencies else np.zeros(0)
+    return _pcts(acks.latencies), _pcts(lat)
 
 
 def run(settings, model_path: str | None = None, events: int = 60000, max_batch: int | None = None,
@@ -227,7 +216,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
         s.kafka.bootstrap = broker.url
     try:
-        model = StaticModelProvider(model_path, device).current() if model_path else _bench_model(features, width, depth, device)
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
         names = model.feature_names_
         tag = f"{os.getpid()}-{int(time.time())}"
         topic, lat_topic = f"bench-{tag}", f"bench-lat-{tag}"
@@ -235,31 +224,28 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         ensure_topics(s.kafka, [topic, lat_topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
         rng = np.random.default_rng(1)
         X = model.scaler_.inverse_transform(rng.normal(size=(events, len(names))))  # rows on the training scale
-        log(f"model {model.version_}: {len(names)} features, device {model.device_}; {events} events, max_batch {s.stream.max_batch}")
-        values = _events(X, names)
+        log(f"model {model.version_}: {len(names)} features, device {model.device_}; {events} events, max_batch {s.stream.max_batch}, "
+            f"delivery {s.kafka.delivery}")
+        values = events_json(X, names)
         dec = decode_bench(model, values, s.stream.max_batch)
         log(f"decode: json.loads path {dec['reference_json_loads_us']:.2f} us/event, orjson path {dec['fast_orjson_us']:.2f} "
             f"us/event = {dec['speedup']:.2f}x (target >= 3); with 1% malformed {dec['with_1pct_malformed']['speedup']:.2f}x; "
             "parse only: " + ", ".join(f"{k} {v:.2f} us" for k, v in dec["parse_only_us"].items()))
-        produce_rate = _produce(s.kafka, topic, values)
+        produce_rate = produce(s.kafka, topic, values)
         log(f"produced {events} events at {produce_rate:,.0f} msg/s (acks=all)")
-        consume = _consume_only(s.kafka, topic, events, s.stream.max_batch)
+        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
         log(f"consume-only: {consume:,.0f} msg/s")
         none = scorer_kind == "none"
         the_scorer = ConstantScorer(alert_share, s.stream.top_features) if none else None
         if not none:
             scorer = _scorer_only(model, X, s.stream.max_batch)
             log(f"scorer-only:  {scorer:,.0f} rows/s")
-        app, tl, _, th = _stream(s, model, topic, f"bench-e2e-{tag}", events, the_scorer)
-        th.join(300)
+        e2e, app = _end_to_end(s, model, topic, f"bench-e2e-{tag}", events, the_scorer)
         if not none:
             # Scorer-only again right after: on a shared machine load drifts; the better of the two is used (conservative ratio).
             scorer_after = _scorer_only(model, X, s.stream.max_batch, repeats=1)
             log(f"scorer-only (after e2e): {scorer_after:,.0f} rows/s")
             scorer_before, scorer = scorer, max(scorer, scorer_after)
-        (t_first, n_first), (t_last, _) = tl.rows[0], tl.rows[-1]
-        done = sum(n for _, n in tl.rows)
-        e2e = (done - n_first) / (t_last - t_first) if t_last > t_first else 0.0
         log(f"end to end{' (--scorer none)' if none else ''}: {e2e:,.0f} events/s ({app.counts['alerts']} alerts, "
             f"{app.counts['dead_letters']} dead letters, {app.counts['batches']} batches)")
         if none:
@@ -270,18 +256,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             log(f"ratio e2e / min(consume, scorer) = {ratio:.2f} (target >= {target})")
         # Latency at half the end-to-end maximum, producer in its own process.
         rate = max(1.0, e2e / 2)
-        n_lat = int(min(events, rate * latency_seconds))
-        data = write_parquet(tmp / "lat.parquet", X[:n_lat], names)
-        app2, tl2, acks2, th2 = _stream(s, model, lat_topic, f"bench-lat-{tag}", n_lat, the_scorer)
-        if not app2.ready.wait(60):
-            raise RuntimeError("latency streamer got no partitions")
-        cfg = tmp / "bench.yaml"
-        cfg.write_text(json.dumps({"kafka": {"bootstrap": s.kafka.bootstrap}}))  # JSON is YAML
-        subprocess.run([sys.executable, "-m", "streamer", "replay", "--data", str(data), "--topic", lat_topic,
-                        "--rate", str(rate), "--config", str(cfg)], check=True, stdout=subprocess.DEVNULL)
-        th2.join(120)
-        lat = np.concatenate(tl2.latencies) if tl2.latencies else np.zeros(0)
-        to_commit, to_ack = _pcts(lat), _pcts(acks2.latencies)
+        to_ack, to_commit = _latency(s, model, X, tmp, lat_topic, f"bench-lat-{tag}", rate, latency_seconds, the_scorer)
         log(f"latency at {rate:,.0f} events/s (max_batch {s.stream.max_batch}, max_wait_ms {s.stream.max_wait_ms}):")
         for what, q in (("event -> alert acknowledged", to_ack), ("event -> commit", to_commit)):
             log(f"  {what}: p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms ({q['n']} events)")
@@ -296,6 +271,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
                        "max_in_flight": s.stream.max_in_flight, "features": len(names),
                        "width": model.model.width, "depth": model.model.depth, "linger_ms": s.kafka.linger_ms},
             "scorer": "none (ConstantScorer: scoring excluded)" if none else "model (KDSM.score_outputs)",
+            "delivery": s.kafka.delivery,
             "produce_msg_per_s": round(produce_rate), "consume_only_msg_per_s": round(consume),
             "e2e_events_per_s": round(e2e), "alerts": app.counts["alerts"],
             "latency": {"rate_events_per_s": round(rate), "max_batch": s.stream.max_batch,
@@ -320,6 +296,208 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             broker.stop()
 
 
+def delivery_ab(settings, model_path: str | None = None, events: int = 60000, rounds: int = 3, width: int = 512,
+                depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 5.0,
+                out: str | None = "runs/bench-stream-delivery.json", external_broker: bool = False,
+                scorer_kind: str = "model", alert_share: float = 0.01, log=print) -> dict:
+    """The price of exactly once, A/B: at_least_once and exactly_once in alternation (the order flips every
+    round), on one broker, one pre-produced topic and one model, so a shared machine's load drifts across
+    both alike. Per round and mode: end to end over the backlog, then latency at one common rate (half the
+    first at-least-once end-to-end rate). Medians per mode."""
+    from streamer.pipeline.kafka_clients import ensure_topics
+
+    from . import local_services
+
+    s = settings.model_copy(deep=True)
+    s.metrics.enabled = False
+    if s.stream.threads:
+        import torch
+
+        torch.set_num_threads(s.stream.threads)
+    broker = None
+    tmp = Path(tempfile.mkdtemp(prefix="kdsm-ab-"))
+    if not external_broker:
+        broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
+        s.kafka.bootstrap = broker.url
+    try:
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
+        names = model.feature_names_
+        tag = f"{os.getpid()}-{int(time.time())}"
+        topic = f"ab-{tag}"
+        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"ab-alerts-{tag}", f"ab-dead-{tag}"
+        ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
+        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
+        produce(s.kafka, topic, events_json(X, names))
+        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
+        the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
+        log(f"delivery A/B: {events} events, {rounds} rounds, scorer {scorer_kind}, device {model.device_}, "
+            f"max_batch {s.stream.max_batch}, max_wait_ms {s.stream.max_wait_ms}; consume-only {consume:,.0f} msg/s")
+        runs: dict[str, list] = {"at_least_once": [], "exactly_once": []}
+        rate = None
+        for r in range(rounds):
+            order = ("at_least_once", "exactly_once") if r % 2 == 0 else ("exactly_once", "at_least_once")
+            for mode in order:
+                m = s.model_copy(deep=True)
+                m.kafka.delivery = mode
+                name = f"{mode}-{r}-{tag}"
+                e2e, app = _end_to_end(m, model, topic, f"ab-e2e-{name}", events, the_scorer)
+                if rate is None:
+                    rate = max(1.0, e2e / 2)
+                ensure_topics(m.kafka, [f"ab-lat-{name}"])
+                to_ack, to_commit = _latency(m, model, X, tmp, f"ab-lat-{name}", f"ab-lat-{name}", rate,
+                                             latency_seconds, the_scorer)
+                runs[mode].append({"e2e_events_per_s": round(e2e), "batches": app.counts["batches"],
+                                   "to_alert_acked": to_ack, "to_commit": to_commit})
+                log(f"  round {r + 1} {mode:13s}: {e2e:9,.0f} events/s; at {rate:,.0f}/s p50/p99 to alert acked "
+                    f"{to_ack['p50_ms']}/{to_ack['p99_ms']} ms, to commit {to_commit['p50_ms']}/{to_commit['p99_ms']} ms")
+
+        def med(mode, *path):
+            vals = []
+            for x in runs[mode]:
+                for k in path:
+                    x = x[k]
+                vals.append(x)
+            vals = [v for v in vals if v is not None]
+            return round(float(np.median(vals)), 1) if vals else None
+
+        summary = {mode: {"e2e_events_per_s": med(mode, "e2e_events_per_s"),
+                          "p50_to_alert_acked_ms": med(mode, "to_alert_acked", "p50_ms"),
+                          "p99_to_alert_acked_ms": med(mode, "to_alert_acked", "p99_ms"),
+                          "p50_to_commit_ms": med(mode, "to_commit", "p50_ms"),
+                          "p99_to_commit_ms": med(mode, "to_commit", "p99_ms")} for mode in runs}
+        a, e = summary["at_least_once"], summary["exactly_once"]
+        price = round(e["e2e_events_per_s"] / a["e2e_events_per_s"], 3) if a["e2e_events_per_s"] else None
+        log(f"medians: at_least_once {a['e2e_events_per_s']:,.0f} events/s, p99 to alert acked {a['p99_to_alert_acked_ms']} ms, "
+            f"to commit {a['p99_to_commit_ms']} ms; exactly_once {e['e2e_events_per_s']:,.0f} events/s, p99 to alert acked "
+            f"{e['p99_to_alert_acked_ms']} ms, to commit (= visible to read_committed) {e['p99_to_commit_ms']} ms; "
+            f"throughput exactly_once / at_least_once = {price}")
+        import torch
+
+        result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
+                  "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                              "device": str(model.device_), "load_avg": os.getloadavg()},
+                  "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap, "scorer": scorer_kind,
+                  "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
+                  "max_wait_ms": s.stream.max_wait_ms, "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms,
+                  "linger_ms": s.kafka.linger_ms, "consume_only_msg_per_s": round(consume),
+                  "latency_rate_events_per_s": round(rate or 0), "median": summary,
+                  "throughput_ratio_exactly_once_over_at_least_once": price, "runs": runs}
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(result, indent=2))
+            log(f"wrote {out}")
+        return result
+    finally:
+        if broker:
+            broker.stop()
+
+
+SWEEP_BATCHES = (128, 512, 2000)
+SWEEP_WAITS_MS = (10, 50, 100)
+
+
+def sweep(settings, model_path: str | None = None, events: int = 30000, batches=SWEEP_BATCHES, waits_ms=SWEEP_WAITS_MS,
+          width: int = 512, depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 5.0,
+          out: str | None = "runs/bench-stream-sweep.json", external_broker: bool = False, scorer_kind: str = "model",
+          alert_share: float = 0.01, log=print) -> dict:
+    """Throughput and latency against ``max_batch`` x ``max_wait_ms``: per point, end to end over a
+    pre-produced backlog, then p50/p99 event -> alert acknowledged at half that rate. JSON + PNG."""
+    from streamer.pipeline.kafka_clients import ensure_topics
+
+    from . import local_services
+
+    s = settings.model_copy(deep=True)
+    s.metrics.enabled = False
+    if s.stream.threads:
+        import torch
+
+        torch.set_num_threads(s.stream.threads)
+    broker = None
+    tmp = Path(tempfile.mkdtemp(prefix="kdsm-sweep-"))
+    if not external_broker:
+        broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
+        s.kafka.bootstrap = broker.url
+    try:
+        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
+        names = model.feature_names_
+        tag = f"{os.getpid()}-{int(time.time())}"
+        topic = f"sweep-{tag}"
+        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"sweep-alerts-{tag}", f"sweep-dead-{tag}"
+        ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
+        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
+        produce(s.kafka, topic, events_json(X, names))
+        consume = consume_only(s.kafka, topic, events, max(batches))
+        the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
+        log(f"sweep: {events} events, consume-only {consume:,.0f} msg/s, delivery {s.kafka.delivery}, "
+            f"scorer {scorer_kind}, device {model.device_}")
+        points = []
+        for b in batches:
+            for w in waits_ms:
+                p = s.model_copy(deep=True)
+                p.stream.max_batch, p.stream.max_wait_ms = b, w
+                name = f"{b}-{w}-{tag}"
+                ensure_topics(p.kafka, [f"sweep-lat-{name}"])
+                e2e, _ = _end_to_end(p, model, topic, f"sweep-e2e-{name}", events, the_scorer)
+                rate = max(1.0, e2e / 2)
+                to_ack, to_commit = _latency(p, model, X, tmp, f"sweep-lat-{name}", f"sweep-lat-{name}", rate,
+                                             latency_seconds, the_scorer)
+                points.append({"max_batch": b, "max_wait_ms": w, "e2e_events_per_s": round(e2e),
+                               "latency_rate_events_per_s": round(rate), "to_alert_acked": to_ack, "to_commit": to_commit})
+                log(f"  max_batch {b:5d}  max_wait_ms {w:4d}: {e2e:9,.0f} events/s; at {rate:,.0f}/s p99 to alert acked "
+                    f"{to_ack['p99_ms']} ms, to commit {to_commit['p99_ms']} ms")
+        import torch
+
+        result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
+                  "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                              "device": str(model.device_), "load_avg": os.getloadavg()},
+                  "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap, "delivery": s.kafka.delivery,
+                  "scorer": scorer_kind, "events": events, "consume_only_msg_per_s": round(consume),
+                  "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms, "linger_ms": s.kafka.linger_ms,
+                  "max_in_flight": s.stream.max_in_flight, "latency_seconds": latency_seconds, "points": points}
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(result, indent=2))
+            png = Path(out).with_suffix(".png")
+            _plot_sweep(result, png)
+            log(f"wrote {out} and {png}")
+        return result
+    finally:
+        if broker:
+            broker.stop()
+
+
+def _plot_sweep(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = result["points"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for w in sorted({p["max_wait_ms"] for p in pts}):
+        row = sorted((p for p in pts if p["max_wait_ms"] == w), key=lambda p: p["max_batch"])
+        xs = [p["max_batch"] for p in row]
+        ax1.plot(xs, [p["e2e_events_per_s"] for p in row], marker="o", label=f"max_wait_ms {w}")
+        ax2.plot(xs, [p["to_alert_acked"]["p99_ms"] or float("nan") for p in row], marker="o", label=f"max_wait_ms {w}")
+    ax1.set(xscale="log", xlabel="max_batch", ylabel="events/s", title="end to end (backlog)")
+    ax2.set(xscale="log", xlabel="max_batch", ylabel="ms", title="p99 event -> alert acknowledged, at half that rate")
+    ax2.axhline(100, color="grey", lw=0.8, ls="--")
+    ax2.set_yscale("log")
+    batches = sorted({p["max_batch"] for p in pts})
+    for ax in (ax1, ax2):
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.legend()
+        ax.grid(alpha=0.3)
+    m = result["machine"]
+    load = m.get("load_avg")
+    fig.suptitle(f"kdsm bench stream --sweep ({m['cpu']}, {m['cores']} cores, {m['device']}, delivery {result['delivery']}"
+                 + (f", load {load[0]:.1f}" if load else "") + ")", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("stream", help="consume-only vs scorer-only vs end-to-end throughput, and latency at half load",
                        description="Against one broker (a local Tansu unless --bootstrap names one), on one topic of "
@@ -341,7 +519,21 @@ def register_bench(sub, settings_cls) -> None:
                    help="model: score with the K-DSM network; none: scoring excluded (ConstantScorer: the same loop, "
                         "decode, alert encoding, publish and commit; --alert-share of events alert), headline e2e / consume-only")
     p.add_argument("--alert-share", type=float, default=0.01, help="with --scorer none: the share of events that alert")
-    p.add_argument("--out", default="runs/bench-stream.json", help="JSON file the figures are written to")
+    p.add_argument("--delivery", choices=("at_least_once", "exactly_once", "both"),
+                   help="kafka.delivery of the streamers (default from config: at_least_once); exactly_once: one "
+                        "transaction per batch, latency to commit = to visible for read_committed subscribers; both: "
+                        "the two in alternation, --rounds times, on one broker and topic (the price of exactly once; "
+                        "default out runs/bench-stream-delivery.json)")
+    p.add_argument("--rounds", type=int, default=3, help="with --delivery both: A/B rounds")
+    p.add_argument("--sweep", action="store_true",
+                   help=f"throughput and p99 latency against max_batch x max_wait_ms ({list(SWEEP_BATCHES)} x "
+                        f"{list(SWEEP_WAITS_MS)} ms); JSON and a PNG next to --out (default runs/bench-stream-sweep.json)")
+    p.add_argument("--processes", help="comma-separated N (e.g. 1,2,4): N streamer processes in one consumer group "
+                                       "sharing the device, read one topic of --partitions partitions; the group's "
+                                       "events/s per N (default out runs/bench-stream-scale.json)")
+    p.add_argument("--partitions", type=int, default=4, help="with --processes: partitions of the events topic")
+    p.add_argument("--out", help="JSON file the figures are written to (default runs/bench-stream.json, "
+                                 "runs/bench-stream-sweep.json with --sweep)")
     p.set_defaults(func=lambda a: _main(a, settings_cls))
 
 
@@ -355,6 +547,30 @@ def _main(a, settings_cls) -> int:
         s.kafka.bootstrap = a.bootstrap
     if a.threads:
         s.stream.threads = a.threads
+    if a.max_batch:
+        s.stream.max_batch = a.max_batch
+    if a.delivery == "both":
+        delivery_ab(s, a.model, events=a.events, rounds=a.rounds, width=a.width, depth=a.depth, features=a.features,
+                    device=a.device, out=a.out or "runs/bench-stream-delivery.json", external_broker=bool(a.bootstrap),
+                    scorer_kind=a.scorer, alert_share=a.alert_share)
+        return 0
+    if a.delivery:
+        s.kafka.delivery = a.delivery
+    if a.processes:
+        from . import bench_scale
+
+        ns = [int(x) for x in a.processes.split(",") if x.strip()]
+        bench_scale.run(s, a.model, processes=ns, events=a.events if a.events != 60000 else 200000,
+                        partitions=a.partitions, width=a.width, depth=a.depth, features=a.features, device=a.device,
+                        threads=s.stream.threads, out=a.out or "runs/bench-stream-scale.json",
+                        external_broker=bool(a.bootstrap))
+        return 0
+    if a.sweep:
+        sweep(s, a.model, events=a.events if a.events != 60000 else 30000, width=a.width, depth=a.depth,
+              features=a.features, device=a.device, out=a.out or "runs/bench-stream-sweep.json",
+              external_broker=bool(a.bootstrap), scorer_kind=a.scorer, alert_share=a.alert_share)
+        return 0
+    a.out = a.out or "runs/bench-stream.json"
     run(s, a.model, events=a.events, max_batch=a.max_batch, width=a.width, depth=a.depth, features=a.features,
         device=a.device, out=a.out, external_broker=bool(a.bootstrap), scorer_kind=a.scorer, alert_share=a.alert_share)
     return 0

@@ -27,6 +27,11 @@ IO thread, where a blocking ``consumer.commit()`` cannot run, so it is an
 ``AsyncConsumerRebalanceListener`` that awaits ``commit_async``.
 SIGTERM/SIGINT finish the batch, drain and close.
 
+With ``kafka.delivery: exactly_once`` each batch is one Kafka transaction
+(alerts, dead letters, offsets; ``TransactionalCheckpointer``): an aborted
+one makes the loop drop what it polled after the batch and rewind to the
+committed offsets; a producer fenced by a newer instance stops the process.
+
 Two hooks for other components:
 
 - **model provider**: any object with ``current() -> KDSM`` (with
@@ -54,11 +59,23 @@ from kafka import AsyncConsumerRebalanceListener
 
 from .alerts import build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
-from .checkpoint import Checkpointer, InFlight
+from .checkpoint import (
+    Checkpointer,
+    Fenced,
+    InFlight,
+    TransactionAborted,
+    TransactionalCheckpointer,
+)
 from .deadletter import dead_letter
 from .decode import Decoded, Decoder, Reject
 from .decode_spec import SpecDecoder
-from .kafka_clients import ensure_topics, make_consumer, make_producer
+from .kafka_clients import (
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    make_transactional_producer,
+    transactional_id,
+)
 from .metrics import StreamMetrics
 from .scorer import Scorer, ScoreResult
 
@@ -80,8 +97,11 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         if app._closing:  # after a crash: what is in flight stays uncommitted, a restart re-reads it
             log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": 0})
             return
-        app._publish_pending()
-        app._publish_gathered()
+        try:
+            app._publish_pending()
+            app._publish_gathered()
+        except TransactionAborted:  # exactly once: nothing of it is visible; the new owner reads it again
+            app._drop_polled()
         done = await app.checkpoint.drain_async()
         app._after_commit(done)
         log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": len(done)})
@@ -150,12 +170,20 @@ class StreamApp:
     def run(self, max_events: int | None = None) -> dict:
         k, sc = self.settings.kafka, self.settings.stream
         ensure_topics(k, [k.alerts_topic, k.deadletter_topic])
-        self.consumer = make_consumer(k)
-        self.producer = make_producer(k)
-        self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s)
+        if k.delivery == "exactly_once":
+            self.consumer = make_consumer(k, isolation_level="read_committed")
+            self.producer = make_transactional_producer(k)
+            self.checkpoint = TransactionalCheckpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
+                                                        transactional_id=transactional_id(k))
+            self.checkpoint.warm_up(k.group_id, [k.alerts_topic, k.deadletter_topic])
+        else:
+            self.consumer = make_consumer(k)
+            self.producer = make_producer(k)
+            self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s)
         self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
         log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
-                  "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight})
+                  "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight, "delivery": k.delivery,
+                  **({"transactional_id": transactional_id(k)} if k.delivery == "exactly_once" else {})})
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
             self._use_model(self.provider.current())  # metrics and the log name the model before the first event
@@ -174,16 +202,28 @@ class StreamApp:
                 model = self.provider.current()
                 self._use_model(model)
                 nxt = self._prepare(rb, model) if len(rb) else None  # its scoring starts now, in the background
-                self._publish_pending()  # the previous batch: wait for its scores, publish
+                try:
+                    self._publish_pending()  # the previous batch: wait for its scores, publish
+                except TransactionAborted:  # exactly once: read that batch again, and what followed it
+                    nxt = None
+                    self._drop_polled()
+                    self.checkpoint.rewind()
                 self._pending = nxt
                 self._after_commit(self.checkpoint.retire())
                 if len(self.checkpoint.in_flight) >= sc.max_in_flight:
                     self._backpressure()
                 if max_events is not None and self.counts["events"] >= max_events:
                     break
-            self._publish_pending()
+            try:
+                self._publish_pending()
+            except TransactionAborted:
+                pass  # not committed: the next owner of the partitions reads it again
             self._after_commit(self.checkpoint.drain())
         except Exception as e:
+            fenced = e if isinstance(e, Fenced) else e.__cause__ if isinstance(e.__cause__, Fenced) else None
+            if fenced is not None:  # a zombie: one clear line, no traceback; the CLI exits non-zero
+                log.error({"event": "fenced", "error": str(fenced), "effect": "stopping; nothing more is committed"})
+                raise fenced from None
             # kafka-python wraps a listener's exception ("User rebalance callback throws an error"): name the cause too.
             log.exception({"event": "crashed", "error": repr(e), "cause": repr(e.__cause__) if e.__cause__ else None,
                            "effect": "batches in flight stay uncommitted"})
@@ -237,6 +277,11 @@ class StreamApp:
         dec = self._decoder.decode(rb.values)
         return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
 
+    def _drop_polled(self) -> None:
+        """Forget the batch being scored and the records gathered (their transaction was not committed)."""
+        self._pending = None
+        self._gathered.clear()
+
     def _publish_pending(self) -> None:
         """Publish the batch being scored (if any); also called by the rebalance listener before it drains."""
         if self._pending is not None:
@@ -269,15 +314,16 @@ class StreamApp:
                                              int(rb.offsets[r.index]), r.reason, r.message,
                                              int(rb.timestamps_ms[r.index]), model.version_, k.deadletter_max_bytes,
                                              k.deadletter_oversize))
-            self.metrics.dead_letters.labels(r.reason).inc()
         rows = dec.rows
         flight.scored = ScoredBatch(
             topics=[rb.topics[i] for i in rows.tolist()], partitions=rb.partitions[rows], offsets=rb.offsets[rows],
             timestamps_ms=rb.timestamps_ms[rows], event_ids=dec.ids, event_ts=dec.ts, X=dec.X, scores=res.scores,
             severities=res.severities, model_version=model.version_, schema_hash=model.schema_hash_,
             feature_names=list(model.feature_names_), thresholds=dict(thresholds), n_dead_letters=len(dec.rejects))
-        self.checkpoint.add(flight)
+        self.checkpoint.add(flight)  # exactly once: commits here, or raises TransactionAborted (counted nothing)
         # Metrics, once per batch.
+        for r in dec.rejects:
+            self.metrics.dead_letters.labels(r.reason).inc()
         n_ok, n_dead = len(dec.X), len(dec.rejects)
         self.metrics.events.labels("scored").inc(n_ok)
         self.metrics.events.labels("dead_letter").inc(n_dead)

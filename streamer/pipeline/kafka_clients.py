@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
@@ -61,6 +62,30 @@ def make_producer(k, **extra) -> KafkaProducer:
             "client_id": k.client_id, "retries": 5, **client_kwargs(k)}
     opts.update(extra)
     return _reach(k, lambda: KafkaProducer(**opts))
+
+
+def transactional_id(k) -> str:
+    """The producer's transactional id under ``kafka.delivery: exactly_once``.
+
+    One id per streamer instance, stable across its restarts: a restarted instance fences its previous
+    incarnation and aborts the transaction it left open. Per instance, not per partition: the offsets go
+    with the consumer's group metadata (KIP-447), so on Kafka >= 2.5 the group generation fences a member
+    that lost its partitions. Default ``<group_id>.<hostname>`` (a StatefulSet pod name is stable; two
+    streamers on one host need ``kafka.transactional_id`` each, else the second fences the first).
+
+    >>> from streamer.config import KafkaConfig
+    >>> transactional_id(KafkaConfig(group_id="g", transactional_id="g.0"))
+    'g.0'
+    """
+    return k.transactional_id or f"{k.group_id}.{socket.gethostname()}"
+
+
+def make_transactional_producer(k) -> KafkaProducer:
+    """A producer for exactly-once delivery: transactional (idempotent, acks=all), transactions initialised
+    (which fences an older producer with the same id and aborts what it left open)."""
+    p = make_producer(k, transactional_id=transactional_id(k))
+    _reach(k, p.init_transactions)
+    return p
 
 
 def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 1) -> list[str]:

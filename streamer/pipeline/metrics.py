@@ -48,7 +48,7 @@ class StreamMetrics:
         self.device = Gauge("kdsm_scorer_device_info", "1 for the device the scorer runs on", ["device"], registry=r)
         self.model = Gauge("kdsm_model_info", "1 for the model version in use", ["version", "schema_hash"], registry=r)
         self.last_commit = Gauge("kdsm_last_commit_timestamp_seconds", "unix time of the last offset commit", registry=r)
-        self.commits = Counter("kdsm_commits", "offset commits, by outcome (ok | failed)", ["outcome"], registry=r)
+        self.commits = Counter("kdsm_commits", "offset commits, by outcome (ok | failed | aborted: an exactly-once transaction)", ["outcome"], registry=r)
         self.redis_up = Gauge("kdsm_redis_up", "1 while Redis (live thresholds) answers, 0 while the cached thresholds are used", registry=r)
         self.threshold = Gauge("kdsm_threshold", "threshold in force, by model version and severity", ["version", "severity"], registry=r)
         self.paused = Counter("kdsm_backpressure_pauses", "times the partitions were paused because max_in_flight batches were unacknowledged", registry=r)

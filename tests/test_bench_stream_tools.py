@@ -1,0 +1,27 @@
+"""The stream benches' own arithmetic and outputs: the group rate of N streamers, the sweep's PNG."""
+
+from __future__ import annotations
+
+from streamer.dev.bench_scale import group_rate
+from streamer.dev.bench_stream import _plot_sweep
+
+
+def test_group_rate_counts_only_the_window_where_every_process_commits():
+    # Child a commits 100 rows every 0.1 s from t=0 to 2; child b joins late (t=1) and stops at t=1.5.
+    a = [(i / 10, 100) for i in range(21)]
+    b = [(1.0 + i / 10, 50) for i in range(6)]
+    r = group_rate([a, b])
+    assert r["window_s"] == 0.5
+    # (1.0, 1.5]: a commits 5 times (500 rows), b 5 times (250 rows).
+    assert r["window_events_per_s"] == 1500.0
+    assert r["rows"] == 21 * 100 + 6 * 50
+    # A child that committed nothing leaves no common window: the whole run stands in.
+    assert group_rate([a, []])["window_s"] == 0.0
+
+
+def test_sweep_plot_is_a_png(tmp_path):
+    pts = [{"max_batch": b, "max_wait_ms": w, "e2e_events_per_s": b * 10 + w,
+            "to_alert_acked": {"p99_ms": 50.0 + w}} for b in (128, 512) for w in (10, 100)]
+    path = tmp_path / "sweep.png"
+    _plot_sweep({"points": pts, "machine": {"cpu": "x", "cores": 2, "device": "cpu"}, "delivery": "at_least_once"}, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
