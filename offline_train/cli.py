@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="replace the model artifact already at --out")
+    p.add_argument("--engine", choices=["local", "dask"], help="where the statistics passes run (default from config: local)")
+    p.add_argument("--scheduler", help="Dask scheduler address for --engine dask (default: a local cluster of data.workers processes)")
     p.set_defaults(func=lambda a: _train(a, settings_cls))
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",
@@ -65,6 +67,10 @@ def _train(a, settings_cls) -> int:
         s.train.seed = a.seed
     if a.device:
         s.train.device = a.device
+    if a.engine:
+        s.data.engine = a.engine
+    if a.scheduler:
+        s.data.scheduler = a.scheduler
     from .model import resolve_device
 
     resolve_device(s.train.device)  # an unusable device fails here, in one line, before any data is read

@@ -43,6 +43,9 @@ class DataConfig(Section):
     max_train_rows: int = Field(200_000, gt=0, description="cap on rows held in memory for SGD (uniform sample)")
     max_skipped_fraction: float = Field(0.25, ge=0, le=1, description="fail training when more than this fraction of the rows has a missing or non-finite feature (such rows are skipped)")
     scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
+    engine: Literal["local", "dask"] = Field("local", description="where the statistics passes (moments, sigmas) run: local = this process, streaming record batches; dask = one task per partition on a Dask cluster")
+    scheduler: str | None = Field(None, description="engine dask: the scheduler's address (tcp://host:8786); null = start a local cluster of data.workers processes for the job")
+    workers: int = Field(2, gt=0, description="engine dask without a scheduler: worker processes of the local cluster")
 
 
 class FeatureSpec(Section):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,15 +70,33 @@ def read_table(spec: str | os.PathLike | list) -> pa.Table:
     return _dataset(resolve_paths(spec)).to_table()
 
 
+# A pass over Parquet holds a few record batches, whatever the file size. The scanner's defaults do not:
+# pre-buffering keeps the byte ranges it read until the scan ends, and threaded read-ahead outruns a
+# slower consumer (apache/arrow#39808; measured here: peak RSS grew with the row count). Parallelism
+# comes from the engine's partitions instead (offline_train.engine).
+_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+_STREAMING = {"batch_readahead": 1, "fragment_readahead": 1, "use_threads": False}
+
+
 def _dataset(files: list[Path]) -> ds.Dataset:
     try:
-        return ds.dataset([str(f) for f in files], format="parquet")
+        return ds.dataset([str(f) for f in files], format=_PARQUET)
     except (pa.ArrowInvalid, OSError) as e:
         raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
 
 
 def _is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
+
+
+@dataclass
+class Partition:
+    """Whole row groups of one file (``fragment``), starting at row ``offset`` of the dataset."""
+
+    fragment: ds.ParquetFileFragment
+    offset: int
+    rows: int
+    rows_skipped: int = 0  # set by a pass over it
 
 
 @dataclass
@@ -170,15 +188,44 @@ class ParquetSource:
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"cannot read Parquet data: {e}") from None
 
-    def batches(self, with_labels: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass."""
+    def partitions(self, target_rows: int) -> list[Partition]:
+        """The dataset cut into pieces of whole row groups, about ``target_rows`` each, in stored order."""
+        parts, offset = [], 0
+        try:
+            for frag in self._ds.get_fragments():
+                group, rows = [], 0
+                for rg in frag.row_groups:
+                    group.append(rg.id)
+                    rows += rg.num_rows
+                    if rows >= target_rows:
+                        parts.append(Partition(frag.subset(row_group_ids=group), offset, rows))
+                        offset, group, rows = offset + rows, [], 0
+                if group:
+                    parts.append(Partition(frag.subset(row_group_ids=group), offset, rows))
+                    offset += rows
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"cannot read Parquet metadata: {e}") from None
+        return parts
+
+    def batches(self, with_labels: bool = False, part: Partition | None = None,
+                keep_rows: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass.
+
+        ``part``: only that partition's rows. ``keep_rows(offset, n)``: a mask of the rows to
+        yield among the batch's ``n`` rows, which are rows ``offset..offset+n-1`` of the whole
+        dataset in stored order, skipped ones included (rows it drops are not "skipped").
+        """
         enc = self.encoder
         inputs = self._top_columns(enc.specs) if enc else list(self.features)
         label = [self.label_column] if with_labels and self.has_labels else []
         columns = list(dict.fromkeys(inputs + label))
         read = skipped = 0
+        offset = part.offset if part else 0
         try:
-            for rb in self._ds.to_batches(columns=columns, batch_size=self.batch_rows):
+            record_batches = (part.fragment.to_batches(schema=self._ds.schema, columns=columns, batch_size=self.batch_rows,
+                                                       **_STREAMING)
+                              if part else self._ds.to_batches(columns=columns, batch_size=self.batch_rows, **_STREAMING))
+            for rb in record_batches:
                 if rb.num_rows == 0:
                     continue
                 if enc is None:
@@ -192,12 +239,21 @@ class ParquetSource:
                 if with_labels and self.has_labels:
                     y = _to_float(rb.column(rb.schema.get_field_index(self.label_column)))
                     ok &= np.isfinite(y)
-                    y = y[ok].astype(np.int64)
                 read += rb.num_rows
                 skipped += int((~ok).sum())
-                yield X[ok], y
+                if keep_rows is not None:
+                    ok &= keep_rows(offset, rb.num_rows)
+                offset += rb.num_rows
+                yield X[ok], (None if y is None else y[ok].astype(np.int64))
         except (pa.ArrowInvalid, OSError) as e:
             raise DataError(f"cannot read Parquet data: {e}") from None
+        if part is None:
+            self.count_rows(read, skipped)
+        else:
+            part.rows_skipped = skipped
+
+    def count_rows(self, read: int, skipped: int) -> None:
+        """Record a full pass's row counts; more skipped rows than ``max_skipped_fraction`` is a DataError."""
         self.rows_read, self.rows_skipped = read, skipped
         if self.max_skipped_fraction is not None and read and skipped / read > self.max_skipped_fraction:
             raise DataError(f"{skipped} of {read} rows ({skipped / read:.1%}) have a missing or non-finite feature "

@@ -39,6 +39,7 @@ from .config import (
 )
 from .data import DataError, ParquetSource, bounded_sample
 from .features import FittedFeatures
+from .engine import LocalEngine
 from .model import ScoreNet, resolve_device
 from .refine import Refinement
 from .scaler import ColumnMoments, Scaler
@@ -149,48 +150,42 @@ class KDSM(BaseEstimator):
         self._set_training_scores(X)
         return self
 
-    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None) -> KDSM:
+    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None, engine=None) -> KDSM:
         """Fit from Parquet: scaler and sigmas stream over record batches; the network trains on a sample.
 
         The calibration holdout is drawn before any statistic, so its rows
-        never shape the scaler, the sigmas or the network. ``on_phase(text)``,
+        never shape the scaler, the sigmas or the network. ``engine``
+        (``offline_train.engine``; default: this process) runs the statistics
+        passes; the sample the network trains on is drawn here. ``on_phase(text)``,
         if given, hears each phase (reading, sigma passes, sampling, training
         with a line every 10% of the steps, calibration): the job's progress
         lines where no progress bar can show (not a TTY).
         """
         phase = on_phase or (lambda text: None)
         self.features_ = source.encoder
+        engine = engine or LocalEngine()
         d = len(source.features)
         holdout = self._holdout_mask_fn()
 
-        def train_batches():
-            offset = 0
-            for Xb, _ in source.batches():
-                keep = ~holdout(offset, len(Xb))
-                offset += len(Xb)
-                yield Xb[keep]
+        def training_rows(offset: int, n: int) -> np.ndarray:
+            return ~holdout(offset, n)
 
-        phase("reading: pass 1 of 5 (column moments)")
-        moments = ColumnMoments.empty(d)
-        for Xb in train_batches():
-            moments.update(Xb)
+        def reduce(acc):
+            return engine.reduce(source, acc, training_rows)
+
+        where = "" if engine.name == "local" else f" on the {engine.name} engine"
+        phase(f"reading: pass 1 of 5 (column moments){where}")
+        moments = reduce(ColumnMoments.empty(d))
         if moments.n < 2:
             raise DataError(f"too few usable rows to train in {source.path}: {moments.n} "
                             f"({source.rows_read} read, {source.rows_skipped} with missing or non-finite features)")
         scaler = Scaler.from_moments(moments, self.scale_discrete)
-        phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram)")
-        sig = KurtosisSigmas.from_config(self.sigma_config).fit_batches(train_batches, scaler)
-
-        def split_batches(want_holdout: bool):
-            offset = 0
-            for Xb, _ in source.batches():
-                m = holdout(offset, len(Xb))
-                offset += len(Xb)
-                yield Xb[m if want_holdout else ~m], None
+        phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram){where}")
+        sig = KurtosisSigmas.from_config(self.sigma_config).fit_with(reduce, scaler)
 
         phase(f"sampling: pass 5 of 5 (at most {self.max_train_rows} training rows)")
-        train_X, _ = bounded_sample(split_batches(False), self.max_train_rows, self.train_config.seed)
-        cal_X, _ = bounded_sample(split_batches(True), self.max_train_rows, self.train_config.seed)
+        train_X, _ = bounded_sample(source.batches(keep_rows=training_rows), self.max_train_rows, self.train_config.seed)
+        cal_X, _ = bounded_sample(source.batches(keep_rows=holdout), self.max_train_rows, self.train_config.seed)
         cal_X = cal_X if cal_X.size else train_X[:0]
         self.data_summary_ = {"rows_read": source.rows_read, "rows_skipped": source.rows_skipped,
                               "train_rows": int(len(train_X)), "calibration_rows": int(len(cal_X))}
@@ -206,7 +201,9 @@ class KDSM(BaseEstimator):
     def _holdout_mask_fn(self):
         """Row i (in stored order) is held out iff a seeded hash of i falls under ``holdout``.
 
-        A pure function of the row index, so every streaming pass agrees on it.
+        A pure function of the row index, so every streaming pass agrees on it, and so does
+        every worker of an engine, which knows where its partition starts. The index counts
+        every stored row, skipped ones (a missing feature) included.
         """
         frac, seed = self.calibration_config.holdout, self.train_config.seed
 

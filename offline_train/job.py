@@ -17,6 +17,7 @@ from .artifact import METADATA, ArtifactError
 from .config import TrainSettings
 from .data import DataError, ParquetSource, _dataset, resolve_paths
 from .detector import KDSM
+from .engine import make_engine
 from .report import write_report
 
 
@@ -64,7 +65,10 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     for why in source.left_out:
         log(f"features: left out {why}")
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
-    det = KDSM.from_settings(settings).fit_source(source, progress=progress, on_phase=log)
+    with make_engine(dc.engine, dc.scheduler, dc.workers) as engine:
+        if engine.name != "local":
+            log(f"engine: {engine.name}, {engine.workers} worker(s)")
+        det = KDSM.from_settings(settings).fit_source(source, progress=progress, on_phase=log, engine=engine)
     if source.rows_skipped:
         log(f"data: skipped {source.rows_skipped} of {source.rows_read} rows ({source.rows_skipped / source.rows_read:.1%}): "
             f"a feature is missing or non-finite (NaN/inf); bound data.max_skipped_fraction = {dc.max_skipped_fraction:g}")

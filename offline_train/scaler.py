@@ -1,7 +1,9 @@
 """Per-feature standardisation fitted by streaming over record batches.
 
-Moments merge exactly across batches (Chan et al.'s pairwise update), so one
-pass over Parquet gives the same scaler as the whole column in memory.
+Column sums and sums of squares are kept exactly (as integers, see
+``exact_sums``), so moments from any split of the rows, merged in any order,
+give the very same scaler, bit for bit, as the whole column in memory: one
+pass over Parquet, or one task per partition on a cluster, changes nothing.
 
 >>> import numpy as np
 >>> X = np.array([[0., 1.], [2., 1.], [4., 0.]])
@@ -14,42 +16,130 @@ pass over Parquet gives the same scaler as the whole column in memory.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
+
+# Every finite float64 is M * 2**(e - 53) with an integer |M| < 2**53 and e >= -1073 (np.frexp), so
+# sums are integers in units of 2**UNIT_EXP and sums of squares in units of 2**(2 * UNIT_EXP).
+UNIT_EXP = -1126
+# Rows per exact block: 17- and 18-bit mantissa pieces, multiplied in pairs (sums of products < 2**38)
+# and added over at most 2**14 rows, stay below 2**53, so numpy's float64 bincount adds them without
+# rounding; it also keeps the block's temporaries small (2 MiB each at 16 features).
+_BLOCK_ROWS = 1 << 14
+
+
+def exact_sums(X: np.ndarray) -> tuple[list[int], list[int]]:
+    """Per column, the exact sum (units 2**UNIT_EXP) and sum of squares (units 2**(2*UNIT_EXP)) of finite ``X``.
+
+    >>> s, q = exact_sums(np.array([[0.1], [0.2], [-3.0]]))
+    >>> Fraction(s[0]) * Fraction(2) ** UNIT_EXP == Fraction(0.1) + Fraction(0.2) + Fraction(-3.0)
+    True
+    >>> Fraction(q[0]) * Fraction(2) ** (2 * UNIT_EXP) == Fraction(0.1) ** 2 + Fraction(0.2) ** 2 + 9
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    d = X.shape[1]
+    sums, squares = [0] * d, [0] * d
+    for start in range(0, len(X), _BLOCK_ROWS):
+        _add_block(X[start:start + _BLOCK_ROWS], sums, squares)
+    return sums, squares
+
+
+def _add_block(B: np.ndarray, sums: list[int], squares: list[int]) -> None:
+    """Add a block's exact sums to ``sums`` and ``squares``.
+
+    Each value is sign * (a 2**35 + b 2**17 + c) * 2**(e - 53) with integers a, b < 2**18 and
+    c < 2**17, split off in float64 without rounding. Per (column, exponent), numpy's float64
+    bincount adds the pieces and their pairwise products exactly (every total stays below 2**53),
+    and Python integers put them together.
+    """
+    d = B.shape[1]
+    if B.size == 0:
+        return
+    m, e = np.frexp(B)
+    emin = int(e.min())
+    width = int(e.max()) - emin + 1
+    idx = ((e - emin) + np.arange(d) * width).ravel()
+    sign = np.sign(m)
+    t = np.abs(m) * 2.0**18
+    a = np.floor(t)
+    t = (t - a) * 2.0**18
+    b = np.floor(t)
+    c = (t - b) * 2.0**17
+
+    def total(w):
+        return np.bincount(idx, weights=w.ravel(), minlength=d * width).reshape(d, width).tolist()
+
+    sa, sb, sc = total(sign * a), total(sign * b), total(sign * c)
+    qaa, qab, qbb, qbc, qcc = total(a * a), total(2 * a * b), total(b * b + 4 * a * c), total(2 * b * c), total(c * c)
+    used = np.bincount(idx, minlength=d * width).reshape(d, width) > 0
+    for j, k in zip(*np.nonzero(used), strict=True):
+        j, k = int(j), int(k)
+        shift = k + emin - 53 - UNIT_EXP
+        sums[j] += ((int(sa[j][k]) << 35) + (int(sb[j][k]) << 17) + int(sc[j][k])) << shift
+        sq = ((int(qaa[j][k]) << 70) + (int(qab[j][k]) << 52) + (int(qbb[j][k]) << 34)
+              + (int(qbc[j][k]) << 17) + int(qcc[j][k]))
+        squares[j] += sq << (2 * shift)
 
 
 @dataclass
 class ColumnMoments:
-    """Running count, mean, M2, min, max and {-1,0,1}-membership of each column."""
+    """Count, exact sums and sums of squares, min, max and {-1,0,1}-membership of each column.
+
+    Mergeable: ``a.merge(b)`` equals the moments of a's rows and b's rows together, exactly.
+    """
 
     n: int
-    mean: np.ndarray
-    m2: np.ndarray
+    sums: list[int]
+    squares: list[int]
     min: np.ndarray
     max: np.ndarray
     ternary: np.ndarray  # every value so far is in {-1, 0, 1}
 
     @classmethod
     def empty(cls, d: int) -> ColumnMoments:
-        return cls(0, np.zeros(d), np.zeros(d), np.full(d, np.inf), np.full(d, -np.inf), np.ones(d, bool))
+        return cls(0, [0] * d, [0] * d, np.full(d, np.inf), np.full(d, -np.inf), np.ones(d, bool))
 
     def update(self, X: np.ndarray) -> ColumnMoments:
         if len(X) == 0:
             return self
-        nb = len(X)
-        mb = X.mean(axis=0)
-        m2b = ((X - mb) ** 2).sum(axis=0)
-        n = self.n + nb
-        delta = mb - self.mean
-        self.mean = self.mean + delta * nb / n
-        self.m2 = self.m2 + m2b + delta**2 * self.n * nb / n
-        self.n = n
-        self.min = np.minimum(self.min, X.min(axis=0))
-        self.max = np.maximum(self.max, X.max(axis=0))
-        self.ternary &= np.isin(X, (-1.0, 0.0, 1.0)).all(axis=0)
+        s, q = exact_sums(X)
+        return self.merge(ColumnMoments(len(X), s, q, X.min(axis=0), X.max(axis=0),
+                                        np.isin(X, (-1.0, 0.0, 1.0)).all(axis=0)))
+
+    def merge(self, other: ColumnMoments) -> ColumnMoments:
+        self.n += other.n
+        self.sums = [a + b for a, b in zip(self.sums, other.sums, strict=True)]
+        self.squares = [a + b for a, b in zip(self.squares, other.squares, strict=True)]
+        self.min = np.minimum(self.min, other.min)
+        self.max = np.maximum(self.max, other.max)
+        self.ternary = self.ternary & other.ternary
         return self
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Each column's mean, correctly rounded."""
+        unit = Fraction(2) ** UNIT_EXP
+        return np.array([float(Fraction(s, self.n) * unit) for s in self.sums])
+
+    @property
+    def std(self) -> np.ndarray:
+        """Each column's population standard deviation, sqrt((n Q - S^2) / n^2), finite even where the variance is not."""
+        n = self.n
+        unit = Fraction(2) ** (2 * UNIT_EXP)
+        return np.array([_sqrt(Fraction(n * q - s * s, n * n) * unit) for s, q in zip(self.sums, self.squares, strict=True)])
+
+
+def _sqrt(v: Fraction) -> float:
+    """sqrt of an exact non-negative value, scaled by a power of 4 first: a variance of 1e600 has a std of 1e300."""
+    if v == 0:
+        return 0.0
+    half = (v.numerator.bit_length() - v.denominator.bit_length()) // 2
+    return math.ldexp(math.sqrt(float(v / Fraction(4) ** half)), half)
 
 
 @dataclass
@@ -69,7 +159,7 @@ class Scaler:
     def from_moments(cls, m: ColumnMoments, scale_discrete: bool = False) -> Scaler:
         if m.n == 0:
             raise ValueError("cannot fit a scaler on zero rows")
-        std = np.sqrt(m.m2 / m.n)
+        std = m.std
         constant = m.max <= m.min
         std = np.where(constant | (std == 0), 1.0, std)
         mean = m.mean.copy()

@@ -7,7 +7,9 @@ of the positions, and map it to a noise scale with the affine rule
 ``sigma = base * (1 + c * (kappa - 3))`` clipped to the configured range.
 
 Everything is computed from counts, so statistics stream over record batches
-in bounded memory: pass 1 gives each standardised column's range and the row
+in bounded memory, and each pass is a mergeable accumulator
+(``offline_train.sigma_passes``) that an engine may run per partition on
+many workers: pass 1 gives each standardised column's range and the row
 count, pass 2 a fine histogram that locates the two cut ranks, pass 3 the
 exact values at those ranks (from the few values near them), pass 4 the
 coarse histogram of the kept values. The result equals sorting each column
@@ -41,18 +43,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .scaler import Scaler
+from .sigma_passes import CutValuesPass, KeptHistogramPass, RangePass, Window
 
-FINE_BINS = 8192
 # Bump when a change to this rule alters the sigmas of the same data and config:
 # benchmark rows (``kdsm bench adbench`` resumes from its CSV) are keyed by it.
 # 2: rank trim and spike columns (was a value trim and kappa 1.8 for spikes).
-RULE_REVISION = 2
-# kappa of a non-constant column whose kept values are all equal (see fit_batches).
+# 3: exact column moments (offline_train.scaler): the scaler moves by an ulp on most data, and a value
+#    tied on a histogram edge may change bins with it (sigmas moved on 4 of the 26 ADBench datasets).
+RULE_REVISION = 3
+# kappa of a non-constant column whose kept values are all equal (see fit_with).
 DEGENERATE_KAPPA = 1000.0
+# An accumulator of offline_train.sigma_passes (update(X), merge(other)).
+Accumulator = Any
 
 
 def rearranged_positions(counts: np.ndarray) -> np.ndarray:
@@ -123,6 +130,17 @@ class KurtosisSigmas:
 
     def fit_batches(self, batches: Callable[[], Iterable[np.ndarray]], scaler: Scaler) -> KurtosisSigmas:
         """Fit from a re-iterable source of raw feature batches (called once per pass)."""
+
+        def fold(acc):
+            for X in batches():
+                acc.update(X)
+            return acc
+
+        return self.fit_with(fold, scaler)
+
+    def fit_with(self, reduce: Callable[[Accumulator], Accumulator], scaler: Scaler) -> KurtosisSigmas:
+        """Fit with an engine: ``reduce(acc)`` feeds every raw training row to the empty accumulator ``acc``
+        (``offline_train.sigma_passes``; in one piece, or one per partition, merged) and returns it."""
         d = len(scaler.mean_)
         if self.mode == "global":
             self.kappas_ = np.full(d, 3.0)
@@ -130,50 +148,18 @@ class KurtosisSigmas:
             return self
         if self.mode != "kurtosis":
             raise ValueError(f"unknown sigma mode {self.mode!r}")
-
-        def columns():
-            for X in batches():
-                Z = scaler.transform(X)
-                if len(Z):
-                    yield Z
-
-        # Pass 1: row count and range of each standardised column.
-        n, lo0, hi0 = 0, np.full(d, np.inf), np.full(d, -np.inf)
-        for Z in columns():
-            n += len(Z)
-            lo0, hi0 = np.minimum(lo0, Z.min(0)), np.maximum(hi0, Z.max(0))
+        span = reduce(RangePass(scaler))
+        n = span.n
         if n == 0:
             raise ValueError("no rows to compute sigmas from")
         # The kept values are the sorted column's ranks [cut, n - cut), as in the reference code.
         # Ties at a cut stay in part: trimming by value would drop a whole tied mass.
         cut = int(n * self.trim)
-        ranks = (cut, n - cut - 1)
-        # Pass 2: a fine histogram locates the bin holding each cut rank.
-        fine = np.zeros((d, FINE_BINS))
-        for Z in columns():
-            for j in range(d):
-                fine[j] += _hist(Z[:, j], lo0[j], hi0[j], FINE_BINS)
-        windows = [[_rank_window(fine[j], lo0[j], hi0[j], r) for r in ranks] for j in range(d)]
-        # Pass 3: the exact values at the cut ranks, from the few values inside each window.
-        finders = [[_RankFinder(*w) for w in windows[j]] for j in range(d)]
-        for Z in columns():
-            for j in range(d):
-                for f in finders[j]:
-                    f.update(Z[:, j])
-        lo, hi = np.empty(d), np.empty(d)
-        keep_lo, keep_hi = np.empty(d), np.empty(d)
-        for j in range(d):
-            lo[j], _, at_most_lo = finders[j][0].cut(ranks[0])
-            hi[j], below_hi, _ = finders[j][1].cut(ranks[1])
-            # Copies of each cut value that are kept (all kept rows when lo == hi).
-            keep_lo[j] = min(at_most_lo, n - cut) - cut
-            keep_hi[j] = (n - cut) - below_hi
-        # Pass 4: the coarse histogram of the kept values over their own range.
-        coarse = np.zeros((d, self.bins))
-        for Z in columns():
-            for j in range(d):
-                z = Z[:, j]
-                coarse[j] += _hist(z[(z > lo[j]) & (z < hi[j])], lo[j], hi[j], self.bins)
+        lo, hi, below_hi, at_most_lo = _cut_values(reduce, scaler, span, (cut, n - cut - 1))
+        # Copies of each cut value that are kept (all kept rows when lo == hi).
+        keep_lo = np.minimum(at_most_lo, n - cut) - cut
+        keep_hi = (n - cut) - below_hi
+        coarse = reduce(KeptHistogramPass(scaler, lo, hi, self.bins)).counts.astype(np.float64)
         coarse[:, 0] += keep_lo
         coarse[:, -1] += np.where(hi > lo, keep_hi, 0.0)  # lo == hi: one value, counted once
         kappas = np.empty(d)
@@ -190,42 +176,35 @@ class KurtosisSigmas:
         return self
 
 
-def _hist(z: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
-    """Equal-width counts over [lo, hi] (numpy's edges: the maximum falls in the last bin)."""
-    if not hi > lo:
-        out = np.zeros(bins)
-        out[0] = len(z)
-        return out
-    return np.histogram(z, bins=bins, range=(lo, hi))[0].astype(np.float64)
+# Narrowing rounds of the cut-value search before giving up (each divides a window by ~2700).
+MAX_CUT_ROUNDS = 40
 
 
-def _rank_window(counts: np.ndarray, lo: float, hi: float, rank: int) -> tuple[float, float]:
-    """A value interval sure to hold the value of 0-based ``rank``: its fine bin, widened by one bin each side."""
-    if not hi > lo:
-        return lo, hi
-    k = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
-    width = (hi - lo) / len(counts)
-    return lo + (k - 1) * width, lo + (k + 2) * width
-
-
-class _RankFinder:
-    """Exact order statistics inside a value window: counts below it, and the values in it with their counts."""
-
-    def __init__(self, a: float, b: float):
-        self.a, self.b, self.below = a, b, 0
-        self.counts: dict[float, int] = {}
-
-    def update(self, z: np.ndarray) -> None:
-        self.below += int((z < self.a).sum())
-        vals, cnt = np.unique(z[(z >= self.a) & (z <= self.b)], return_counts=True)
-        for v, c in zip(vals.tolist(), cnt.tolist(), strict=True):
-            self.counts[v] = self.counts.get(v, 0) + c
-
-    def cut(self, rank: int) -> tuple[float, int, int]:
-        """The value of 0-based ``rank``, and how many values lie below it and at or below it."""
-        vals = sorted(self.counts)
-        cum = self.below + np.cumsum([self.counts[v] for v in vals])
-        i = int(np.searchsorted(cum, rank, side="right"))
-        if rank < self.below or i >= len(vals):
-            raise RuntimeError("rank outside its window; the data changed between passes")
-        return float(vals[i]), int(cum[i - 1]) if i > 0 else self.below, int(cum[i])
+def _cut_values(reduce, scaler: Scaler, span: RangePass, ranks: tuple[int, int]):
+    """Each column's values at the two cut ranks, how many values lie below the high one and at or
+    below the low one: ``CutValuesPass`` rounds, narrowing the windows that held too many values."""
+    d = len(span.lo)
+    found: dict[tuple[int, int], tuple[float, int, int]] = {}
+    # Per column: the windows still to count, each with the ranks it must settle (one window for both at first).
+    pending = {j: [(Window(span.lo[j], span.hi[j]), ranks)] for j in range(d)}
+    for _ in range(MAX_CUT_ROUNDS):
+        if not pending:
+            break
+        counted = reduce(CutValuesPass(scaler, [[w for w, _ in pending[j]] if j in pending else None
+                                                for j in range(d)]))
+        narrower: dict[int, list] = {}
+        for j, items in pending.items():
+            for (_, settles), w in zip(items, counted.windows[j], strict=True):
+                for r in settles:
+                    if w.overflowed:
+                        narrower.setdefault(j, []).append((w.narrowed(r), (r,)))
+                    else:
+                        found[j, r] = w.cut(r)
+        pending = narrower
+    if pending:
+        raise RuntimeError("cut values not settled; the data changed between passes")
+    lo = np.array([found[j, ranks[0]][0] for j in range(d)])
+    hi = np.array([found[j, ranks[1]][0] for j in range(d)])
+    below_hi = np.array([found[j, ranks[1]][1] for j in range(d)])
+    at_most_lo = np.array([found[j, ranks[0]][2] for j in range(d)])
+    return lo, hi, below_hi, at_most_lo

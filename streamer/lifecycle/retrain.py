@@ -51,6 +51,7 @@ from redis.exceptions import LockError, ResponseError
 
 from offline_train.artifact import ArtifactError
 from offline_train.data import DataError, ParquetSource
+from offline_train.engine import make_engine
 from offline_train.detector import KDSM
 from offline_train.job import label_metrics
 
@@ -280,8 +281,11 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     if not settings.ema.enabled:
         log.warning({"event": "ema_disabled", "why": "training plain K-DSM on contaminated archive data"})
     try:
-        det = KDSM.from_settings(settings).fit_source(
-            _source(window["files"], features), on_phase=lambda text: log.info({"event": "retrain_phase", "phase": text}))
+        dc = settings.data  # data.engine: the statistics passes in this process, or on a Dask cluster
+        with make_engine(dc.engine, dc.scheduler, dc.workers) as engine:
+            det = KDSM.from_settings(settings).fit_source(
+                _source(window["files"], features), on_phase=lambda text: log.info({"event": "retrain_phase", "phase": text}),
+                engine=engine)
     except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
         return RetrainResult("failed", reason=f"training failed: {type(e).__name__}: {e}", details=details)
     if current is not None and current.features_ is not None:

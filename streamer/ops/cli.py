@@ -26,11 +26,11 @@ COMMAND_MODULES = (offline_commands, commands, configs, models)
 
 def register_benches(bench_sub) -> None:
     """``kdsm bench NAME``: modules exposing ``register_bench(bench_subparsers, settings_cls)``."""
-    from offline_train import speed
+    from offline_train import sigma_bench, speed
     from offline_train.evaluation import cli as evaluation_cli
     from streamer.dev import bench_features, bench_lifecycle, bench_stream
 
-    for module in (speed, evaluation_cli, bench_stream, bench_lifecycle, bench_features):
+    for module in (speed, sigma_bench, evaluation_cli, bench_stream, bench_lifecycle, bench_features):
         module.register_bench(bench_sub, Settings)
 
 
@@ -39,12 +39,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     from offline_train.artifact import ArtifactError
     from offline_train.config import ConfigError
     from offline_train.data import DataError
+    from offline_train.engine import EngineUnavailable
     from streamer.lifecycle.control import RedisUnavailable
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
-              RedisUnavailable)
+              RedisUnavailable, EngineUnavailable)
     model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
     if model is not None:
         errors += (model.DeviceError,)
