@@ -38,8 +38,8 @@ from .config import (
     TrainSettings,
 )
 from .data import DataError, ParquetSource, bounded_sample
-from .features import FittedFeatures
 from .engine import LocalEngine
+from .features import FittedFeatures
 from .model import ScoreNet, resolve_device
 from .refine import Refinement
 from .scaler import ColumnMoments, Scaler

@@ -51,8 +51,8 @@ from redis.exceptions import LockError, ResponseError
 
 from offline_train.artifact import ArtifactError
 from offline_train.data import DataError, ParquetSource
-from offline_train.engine import make_engine
 from offline_train.detector import KDSM
+from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
