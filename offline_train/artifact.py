@@ -8,6 +8,12 @@
 
 Loading checks the format, the checksum and the shapes, and raises
 ``ArtifactError`` with the reason; nothing is unpickled.
+
+The directory may be an object-store URI (``s3://bucket/models/v3``, see
+``offline_train.storage``): the files are written locally, then uploaded
+with ``metadata.json`` last. ``metadata.json`` is the artifact's manifest (it
+carries the weights' checksum): a reader finds no artifact until it exists,
+and an upload that dies half-way leaves none.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import storage
 from .features import spec_hash
 
 FORMAT = "kdsm-artifact/1"
@@ -67,8 +74,12 @@ def atomic_directory(path: str | os.PathLike):
         raise
 
 
-def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path:
-    """Write the artifact directory atomically."""
+def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path | str:
+    """Write the artifact directory atomically (a local path, or a URI: upload with the manifest last)."""
+    if storage.is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
+            write_artifact(Path(tmp) / "a", tensors, meta)
+            return publish_artifact(Path(tmp) / "a", path)
     with atomic_directory(path) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
         meta = {**meta, "format": FORMAT}
@@ -77,8 +88,43 @@ def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], me
     return Path(path)
 
 
+def publish_artifact(src: str | os.PathLike, dst) -> str:
+    """Copy an artifact directory (report included) to ``dst``, local or remote, ``metadata.json`` last.
+
+    A remote ``src`` is first downloaded (weights and metadata) to a temp directory.
+    """
+    if storage.is_remote(src):
+        with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
+            storage.download_dir(src, tmp, [METADATA, WEIGHTS])
+            if not (Path(tmp) / METADATA).is_file():
+                raise ArtifactError(f"no model artifact at {src} (no {METADATA})")
+            return publish_artifact(tmp, dst)
+    if not storage.is_remote(dst):
+        with atomic_directory(dst) as tmp:
+            shutil.copytree(src, tmp, dirs_exist_ok=True)
+        return str(dst)
+    return storage.upload_dir(src, dst, manifest=METADATA)
+
+
+def artifact_exists(path) -> bool:
+    """An artifact is there when its manifest (``metadata.json``) is."""
+    return storage.is_file(storage.join(path, METADATA))
+
+
 def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
     """Tensors (on CPU) and metadata, verified; raises ArtifactError."""
+    if storage.is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
+            try:
+                storage.download_dir(path, tmp, [METADATA, WEIGHTS])  # the manifest first: it names what to trust
+            except storage.StorageError as e:
+                raise ArtifactError(str(e)) from None
+            if not (Path(tmp) / METADATA).is_file():
+                raise ArtifactError(f"no model artifact at {path} (no {METADATA}: missing, or its upload did not finish)")
+            try:
+                return read_artifact(tmp)
+            except ArtifactError as e:
+                raise ArtifactError(str(e).replace(tmp, str(path))) from None
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"no model artifact at {path} (expected a directory with {METADATA} and {WEIGHTS})")

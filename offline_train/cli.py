@@ -16,8 +16,8 @@ from .config import load_settings
 def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p = sub.add_parser("train", help="train K-DSM on Parquet and write a model artifact",
                        description="Parquet -> sigmas -> model -> train -> calibrate -> artifact (+ report/).")
-    p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob")
-    p.add_argument("--out", required=True, help="artifact directory to write")
+    p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob; local or s3://bucket/prefix")
+    p.add_argument("--out", required=True, help="artifact directory to write (a path or s3://bucket/prefix)")
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
     p.add_argument("--features", nargs="+", help="feature columns, in order (default: all numeric non-id columns)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                        description="Writes id/ts/label (when present), score, p_value and severity per row.")
     p.add_argument("--model", required=True, help="artifact directory")
     p.add_argument("--data", required=True, help="Parquet file, directory or glob")
-    p.add_argument("--out", required=True, help="output Parquet file")
-    p.set_defaults(func=_score)
+    p.add_argument("--out", required=True, help="output Parquet file (a path or s3://bucket/key.parquet)")
+    p.add_argument("--config", help="YAML config file (for the storage section of s3:// locations)")
+    p.set_defaults(func=lambda a: _score(a, settings_cls))
 
     p = sub.add_parser("features", help="the feature spec (README \"Feature spec\")",
                        description="Feature spec tools: infer prints the spec training would infer from the data.")
@@ -81,9 +82,10 @@ def _train(a, settings_cls) -> int:
     return 0
 
 
-def _score(a) -> int:
+def _score(a, settings_cls) -> int:
     from .job import score_job
 
+    load_settings(settings_cls, a.config)  # configures object storage for s3:// locations
     score_job(a.model, a.data, a.out)
     return 0
 

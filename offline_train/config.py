@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 
@@ -229,6 +237,18 @@ class CalibrationConfig(Section):
         return self
 
 
+class StorageConfig(Section):
+    """Object storage for s3:// locations (data, --out, archive.dir, registry.store_dir, stream.model)."""
+
+    s3_endpoint: str | None = Field(None, description="S3-compatible endpoint URL, e.g. http://127.0.0.1:8333 for SeaweedFS or MinIO; None = AWS S3 (or env AWS_ENDPOINT_URL)")
+    s3_region: str | None = Field(None, description="S3 region; None = env AWS_DEFAULT_REGION, else us-east-1")
+    s3_access_key: str | None = Field(None, description="S3 access key id; None = the AWS default chain (env AWS_ACCESS_KEY_ID, profile, instance role)")
+    s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (prefer env KDSM_STORAGE__S3_SECRET_KEY or AWS_SECRET_ACCESS_KEY)")
+    connect_timeout_s: float = Field(5.0, gt=0, description="give up connecting to the object store after this long")
+    request_timeout_s: float = Field(30.0, gt=0, description="give up on one object-store request after this long")
+    retries: int = Field(3, ge=1, description="attempts per object-store request (AWS standard retry strategy)")
+
+
 class _YamlSource(PydanticBaseSettingsSource):
     """Reads the YAML file named by ``_config_file`` (set per load, see ``load_settings``)."""
 
@@ -274,6 +294,7 @@ class TrainSettings(KDSMSettings):
     refine: RefineConfig = RefineConfig()
     train: OptimConfig = OptimConfig()
     calibration: CalibrationConfig = CalibrationConfig()
+    storage: StorageConfig = StorageConfig()
     features: list[FeatureSpec] | None = Field(None, description="the feature spec (README \"Feature spec\"); null = inferred from the Parquet schema (kdsm features infer prints it)")
 
     @model_validator(mode="after")
@@ -350,7 +371,12 @@ def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLi
     """
     _CURRENT_FILE[cls] = Path(path) if path is not None else None
     try:
-        return cls(**overrides)
+        settings = cls(**overrides)
+        if hasattr(settings, "storage"):  # every command loads its settings here: s3:// locations use them from now on
+            from . import storage
+
+            storage.configure(settings.storage)
+        return settings
     except ValidationError as e:
         lines = []
         for err in e.errors():

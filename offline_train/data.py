@@ -14,8 +14,10 @@ streamer applies to JSON events.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
+import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from . import storage
 from .features import (
     FittedFeatures,
     SpecError,
@@ -40,11 +43,13 @@ class DataError(ValueError):
     """Input data that cannot be used; the message says what and where."""
 
 
-def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
-    """Parquet files named by a file, a directory (searched recursively) or a glob."""
+def resolve_paths(spec: str | os.PathLike | list) -> list[Path | str]:
+    """Parquet files named by a file, a directory (searched recursively) or a glob; local Paths or URIs."""
     if isinstance(spec, list):
         return [p for s in spec for p in resolve_paths(s)]
     text = str(spec)
+    if storage.is_remote(text):
+        return _resolve_remote(text)
     path = Path(text)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
@@ -57,6 +62,45 @@ def resolve_paths(spec: str | os.PathLike | list) -> list[Path]:
     if not files:
         raise DataError(f"no Parquet files found at {text}")
     return files
+
+
+def _resolve_remote(uri: str) -> list[str]:
+    """The object-store side of ``resolve_paths``; a prefix holding published archive files yields only those."""
+    if any(ch in uri for ch in "*?["):
+        head = uri[:min(uri.index(ch) for ch in "*?[" if ch in uri)].rsplit("/", 1)[0]
+        pattern = storage.resolve(uri)[1]
+        files = sorted(storage.to_location(uri, f.path) for f in storage.list_files(head)
+                       if fnmatch.fnmatchcase(f.path, pattern))
+    else:
+        kind = storage.info(uri).type
+        if kind == storage.pafs.FileType.File:
+            files = [uri]
+        elif kind == storage.pafs.FileType.NotFound:
+            storage.check_bucket(uri)  # a missing bucket says so
+            raise DataError(f"no such object or prefix: {uri}")
+        else:
+            # Archive files (date=*/part-*.parquet) count only once published (a marker names them).
+            listed = storage.list_files(uri)
+            marker = f"/{storage.MARKERS}/"
+            published = {f.path.replace(marker, "/", 1)[:-len(".json")] for f in listed
+                         if marker in f.path and f.path.endswith(".parquet.json")}
+            files = []
+            for f in listed:
+                archived = f.base_name.startswith("part-") and posixpath.basename(posixpath.dirname(f.path)).startswith("date=")
+                if (f.base_name.endswith(".parquet") and not f.base_name.startswith((".", "_"))
+                        and (f.path in published or not archived)):
+                    files.append(storage.to_location(uri, f.path))
+            files.sort()
+    if not files:
+        raise DataError(f"no Parquet files found at {uri}")
+    return files
+
+
+def open_parquet(location) -> pq.ParquetFile:
+    """A ``ParquetFile`` for a local path or a URI."""
+    fs, path = storage.resolve(location)
+    with storage.guard(location):
+        return pq.ParquetFile(fs.open_input_file(path))
 
 
 # The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
@@ -78,7 +122,16 @@ _PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragment
 _STREAMING = {"batch_readahead": 1, "fragment_readahead": 1, "use_threads": False}
 
 
-def _dataset(files: list[Path]) -> ds.Dataset:
+def _dataset(files: list[Path | str]) -> ds.Dataset:
+    if files and any(storage.is_remote(f) for f in files):
+        resolved = [storage.resolve(f) for f in files]
+        if len({type(fs).__name__ + fs.type_name for fs, _ in resolved}) > 1:
+            raise DataError("local files and object-store files cannot be mixed in one data set")
+        try:
+            with storage.guard(files[0]):
+                return ds.dataset([p for _, p in resolved], format=_PARQUET, filesystem=resolved[0][0])
+        except pa.ArrowInvalid as e:
+            raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
     try:
         return ds.dataset([str(f) for f in files], format=_PARQUET)
     except (pa.ArrowInvalid, OSError) as e:

@@ -6,6 +6,7 @@ Also batch scoring of a Parquet file with a saved artifact.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from .artifact import METADATA, ArtifactError
+from . import storage
+from .artifact import METADATA, ArtifactError, publish_artifact
 from .config import TrainSettings
 from .data import DataError, ParquetSource, _dataset, resolve_paths
 from .detector import KDSM
@@ -35,7 +37,16 @@ def check_output(out, force: bool = False) -> Path:
     ``out`` may be new, an empty directory, or (with ``force``) a model
     artifact to replace; a file, or a directory holding anything else, is
     refused either way (replacing it would delete what is there).
+    An object-store ``out`` is checked the same way (and its bucket must exist).
     """
+    if storage.is_remote(out):
+        storage.check_bucket(out)
+        held = storage.list_files(out)
+        if held and not storage.is_file(storage.join(out, METADATA)):
+            raise ArtifactError(f"--out {out} holds other objects, not a model artifact: choose a new or empty prefix")
+        if held and not force:
+            raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
+        return out
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ArtifactError(f"--out {out} is a file, not an artifact directory: choose another path")
@@ -91,8 +102,17 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
         if summary["labels"]:
             log(f"labels ({dc.label_column}, never used for training): AUC-PR {summary['labels']['auc_pr']:.3f}, "
                 f"AUC-ROC {summary['labels']['auc_roc']:.3f} on {summary['labels']['n']} rows")
+    extra = {"label_metrics": summary.get("labels"), "data_summary": summary["data"]}
+    if storage.is_remote(out):  # written whole locally, then uploaded with metadata.json (the manifest) last
+        with tempfile.TemporaryDirectory(prefix="kdsm-train-") as tmp:
+            det.save(Path(tmp) / "a", extra=extra)
+            local = write_report(Path(tmp) / "a" / "report", summary, det)
+            publish_artifact(Path(tmp) / "a", out)
+        summary["report_files"] = {k: storage.join(out, "report", Path(v).name) for k, v in local.items()}
+        log(f"artifact: {out} (version {det.version_}); report: {storage.join(out, 'report', 'report.json')}")
+        return summary
     out = Path(out)
-    det.save(out, extra={"label_metrics": summary.get("labels"), "data_summary": summary["data"]})
+    det.save(out, extra=extra)
     summary["report_files"] = write_report(out / "report", summary, det)
     log(f"artifact: {out} (version {det.version_}); report: {out / 'report' / 'report.json'}")
     return summary
@@ -110,8 +130,11 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     if missing:
         raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
     passthrough = [c for c in ("id", "ts", "label") if c in names]
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out_fs, out_path = storage.resolve(out)
+    if storage.is_remote(out):
+        storage.check_bucket(out)  # before any scoring; the object appears whole when the writer closes
+    else:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     writer, counts = None, {"rows": 0, "invalid": 0}
     try:
         for rb in dataset.to_batches(columns=list(dict.fromkeys(passthrough + inputs)), batch_size=batch_rows):
@@ -132,7 +155,7 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
             cols["p_value"] = pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok)
             cols["severity"] = pa.array(sev)
             table = pa.table(cols)
-            writer = writer or pq.ParquetWriter(out, table.schema)
+            writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
             writer.write_table(table)
             counts["rows"] += len(X)
             counts["invalid"] += int((~ok).sum())

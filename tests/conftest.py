@@ -1,8 +1,9 @@
-"""Shared fixtures: real local services (Tansu broker, Redis) and a small trained model.
+"""Shared fixtures: real local services (Tansu broker, Redis, SeaweedFS S3) and a small trained model.
 
-Services: if KDSM_TEST_KAFKA / KDSM_TEST_REDIS are set (``.ci/run`` starts
-them), those are used; otherwise the session starts its own on free ports and
-stops them at the end. No Kafka or Redis is mocked.
+Services: if KDSM_TEST_KAFKA / KDSM_TEST_REDIS / KDSM_TEST_S3 are set
+(``.ci/run`` starts them), those are used; otherwise the session starts its
+own on free ports (SeaweedFS only when a test asks for it) and stops them at
+the end. No Kafka, Redis or S3 is mocked.
 """
 
 from __future__ import annotations
@@ -37,6 +38,34 @@ def redis_url(tmp_path_factory) -> str:
     svc.start()
     yield svc.url
     svc.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> str:
+    """http://host:port of a SeaweedFS S3 server with the dev credentials and the buckets of ``local_services``."""
+    if os.environ.get("KDSM_TEST_S3"):
+        yield os.environ["KDSM_TEST_S3"]
+        return
+    svc = local_services.Service("s3", local_services.free_port(), tmp_path_factory.mktemp("s3"))
+    svc.start(timeout=60)
+    yield svc.url
+    svc.stop()
+
+
+@pytest.fixture
+def s3_root(s3_endpoint, monkeypatch, unique) -> str:
+    """A fresh ``s3://kdsm/<unique>`` prefix; this process and its child processes reach it through KDSM_STORAGE__*."""
+    from offline_train import storage
+    from offline_train.config import StorageConfig
+
+    env = {"KDSM_STORAGE__S3_ENDPOINT": s3_endpoint, "KDSM_STORAGE__S3_ACCESS_KEY": local_services.S3_ACCESS_KEY,
+           "KDSM_STORAGE__S3_SECRET_KEY": local_services.S3_SECRET_KEY}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    storage.configure(StorageConfig(s3_endpoint=s3_endpoint, s3_access_key=local_services.S3_ACCESS_KEY,
+                                    s3_secret_key=local_services.S3_SECRET_KEY))
+    yield f"s3://kdsm/{unique}"
+    storage.configure(StorageConfig())
 
 
 @pytest.fixture

@@ -12,10 +12,11 @@ from streamer.dev.local_services import free_port, port_open
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(script: str, state: Path, kport: int, rport: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "KDSM_LOCAL_STATE": str(state), "KAFKA_PORT": str(kport), "REDIS_PORT": str(rport)}
+def _run(script: str, state: Path, kport: int, rport: int, sport: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KDSM_LOCAL_STATE": str(state), "KAFKA_PORT": str(kport), "REDIS_PORT": str(rport),
+           "S3_PORT": str(sport or free_port())}
     return subprocess.run(["bash", str(ROOT / "deploy" / "local" / script)], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=120)
 
 
 def test_a_taken_port_is_reported_not_fought_over(tmp_path):
@@ -34,20 +35,23 @@ def test_a_taken_port_is_reported_not_fought_over(tmp_path):
 
 
 def test_start_and_stop_are_idempotent(tmp_path):
-    kport, rport = free_port(), free_port()
+    kport, rport, sport = free_port(), free_port(), free_port()
+    ports = (("kafka", kport), ("redis", rport), ("s3", sport))
     try:
-        first = _run("start.sh", tmp_path, kport, rport)
+        first = _run("start.sh", tmp_path, kport, rport, sport)
         assert first.returncode == 0, first.stderr
-        assert port_open("127.0.0.1", kport) and port_open("127.0.0.1", rport)
-        pids = {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))}
-        second = _run("start.sh", tmp_path, kport, rport)
+        assert all(port_open("127.0.0.1", p) for _, p in ports)
+        pids = {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in ports}
+        second = _run("start.sh", tmp_path, kport, rport, sport)
         assert second.returncode == 0 and f"KDSM_KAFKA__BOOTSTRAP=127.0.0.1:{kport}" in second.stdout
-        assert {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in (("kafka", kport), ("redis", rport))} == pids
+        assert f"KDSM_STORAGE__S3_ENDPOINT=http://127.0.0.1:{sport}" in second.stdout
+        assert {n: (tmp_path / f"{n}-{p}.pid").read_text() for n, p in ports} == pids
     finally:
-        stop = _run("stop.sh", tmp_path, kport, rport)
+        stop = _run("stop.sh", tmp_path, kport, rport, sport)
     assert stop.returncode == 0 and "kafka: stopped" in stop.stdout and "redis: stopped" in stop.stdout
-    assert not port_open("127.0.0.1", kport) and not port_open("127.0.0.1", rport)
-    again = _run("stop.sh", tmp_path, kport, rport)
+    assert "s3: stopped" in stop.stdout
+    assert not any(port_open("127.0.0.1", p) for _, p in ports)
+    again = _run("stop.sh", tmp_path, kport, rport, sport)
     assert again.returncode == 0 and "kafka: was not running" in again.stdout
 
 

@@ -12,14 +12,14 @@
 # FULL=1 adds the earlier CUDA checks (offline tests, kdsm bench train, kdsm train on cardio).
 # Without CUDA (a local dry run, KDSM_TRAIN__DEVICE=cpu) the event counts are smaller so it ends in minutes.
 # With the device tool: command 'bash deploy/gpu/check.sh $OUT', carry [".whl"], timeout_s 540.
-# OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.log, bench-stream.json,
+# OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.txt, bench-stream.json,
 # bench-stream-none.json, bench-stream-scale.json (+ bench-train.json, full.log with FULL=1).
 set -uo pipefail
 out=${1:-runs/gpu-check}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-exec > >(tee -a "$out/check.log") 2>&1
+exec > >(tee -a "$out/check.txt") 2>&1
 export PYTHONUNBUFFERED=1 KDSM_TRAIN__DEVICE=${KDSM_TRAIN__DEVICE:-auto}
 device=$KDSM_TRAIN__DEVICE
 started=$SECONDS
@@ -102,7 +102,7 @@ if s:
               f"{g['ratio_to_consume_only']} of one consume-only process)")
 for name, d in (("bench-stream", b), ("bench-stream-none", n), ("bench-stream-scale", s)):
     if d is None:
-        print(f"{name}: MISSING (see check.log)")
+        print(f"{name}: MISSING (see check.txt)")
 EOF
 echo "check.sh done in $((SECONDS - started)) s"
-sleep 1  # let tee finish check.log before the caller collects OUT_DIR
+sleep 1  # let tee finish check.txt before the caller collects OUT_DIR

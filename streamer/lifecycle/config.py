@@ -23,7 +23,8 @@ from offline_train.config import Section
 class ArchiveConfig(Section):
     """Parquet archive of committed, scored events (the training data of the next model)."""
 
-    dir: str | None = Field(None, description="archive root (dir/date=YYYY-MM-DD/part-*.parquet); None = archive off")
+    dir: str | None = Field(None, description="archive root (dir/date=YYYY-MM-DD/part-*.parquet), a path or s3://bucket/prefix; None = archive off")
+    spool_dir: str | None = Field(None, description="local directory of the open file when dir is an object store (keep it on a persistent disk: a restart recovers it); None = a folder under the system temp dir")
     max_file_bytes: int = Field(64 * 2**20, gt=0, description="roll the open file once its spool reaches this size")
     max_file_seconds: float = Field(300.0, gt=0, description="roll the open file once it is this old")
     retention_max_bytes: int | None = Field(10 * 2**30, gt=0, description="delete oldest closed files above this total; None = no bound")
@@ -85,7 +86,7 @@ class RegistryConfig(Section):
     """Model registry: artifacts in a store, pointers and metadata in Redis."""
 
     enabled: bool = Field(False, description="streamers serve the registry's current version and hot-swap on promote/rollback")
-    store_dir: str = Field("runs/models", description="artifact store root: one directory per version")
+    store_dir: str = Field("runs/models", description="artifact store root: one directory per version; a path or s3://bucket/prefix")
     check_interval_s: float = Field(10.0, gt=0, description="streamers re-read the pointer this often (pub/sub is the fast path)")
     device: str = Field("auto", description="device streamers and the gate load models onto")
 

@@ -1,8 +1,7 @@
 """Model registry: artifacts in a store, versions and the current/previous pointers in Redis.
 
-- ``LocalArtifactStore``: one directory per version under a root. Only
-  ``put`` / ``local_path`` / ``exists`` / ``delete`` are used by the rest, so
-  an object store (S3, GCS) can implement the same four methods later.
+- ``ArtifactStore``: one directory per version under a root, a local path
+  or an object-store URI (``registry.store_dir: s3://bucket/models``).
 - ``ModelRegistry``: per-version metadata (created, data window, training
   summary, gate result) as JSON in Redis, the ``current`` and ``previous``
   pointers in one hash, changed atomically by a Lua script that also
@@ -16,9 +15,11 @@
 
 Redis keys: ``registry:*`` of ``streamer.lifecycle.control.Keys``.
 
->>> store = LocalArtifactStore("/tmp/kdsm-doctest-store")
->>> store.local_path("v1").name
+>>> store = ArtifactStore("/tmp/kdsm-doctest-store")
+>>> store.location("v1").name
 'v1'
+>>> ArtifactStore("s3://bucket/models").location("v1")
+'s3://bucket/models/v1'
 >>> Keys("kdsm:").pointers
 'kdsm:registry:pointers'
 """
@@ -35,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from offline_train.artifact import ArtifactError, atomic_directory
+from offline_train import storage
+from offline_train.artifact import METADATA, ArtifactError, artifact_exists, publish_artifact
 from offline_train.detector import KDSM
 
 from .control import ChannelWatcher, Keys, redis_client
@@ -49,28 +51,42 @@ class RegistryError(ValueError):
     """A registry operation that cannot be done (unknown version, no previous, refused artifact)."""
 
 
-class LocalArtifactStore:
-    """Artifacts as directories ``root/VERSION``; ``put`` copies then renames, so a half-copied model is never visible."""
+class ArtifactStore:
+    """Artifacts as directories ``root/VERSION``, ``root`` a local path or an object-store URI.
+
+    Local: ``put`` copies then renames, so a half-copied model is never
+    visible. Object store: ``put`` uploads with ``metadata.json`` last, and a
+    version exists only once that manifest does (``offline_train.artifact``).
+    """
 
     def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
+        self.remote = storage.is_remote(root)
+        self.root = str(root).rstrip("/") if self.remote else Path(root)
 
-    def local_path(self, version: str) -> Path:
+    def location(self, version: str) -> Path | str:
         if not version or "/" in version or version.startswith("."):
             raise RegistryError(f"invalid model version {version!r}")
-        return self.root / version
+        return storage.join(self.root, version) if self.remote else self.root / version
+
+    local_path = location  # the name before object stores; kept for callers
 
     def exists(self, version: str) -> bool:
-        return self.local_path(version).is_dir()
+        if self.remote:
+            return artifact_exists(self.location(version))
+        return self.location(version).is_dir()
 
     def put(self, version: str, src: str | os.PathLike) -> str:
-        dst = self.local_path(version)
-        with atomic_directory(dst) as tmp:
-            shutil.copytree(src, tmp, dirs_exist_ok=True)
-        return str(dst)
+        return publish_artifact(src, self.location(version))
 
     def delete(self, version: str) -> None:
-        shutil.rmtree(self.local_path(version), ignore_errors=True)
+        if self.remote:
+            storage.delete_file(storage.join(self.location(version), METADATA))  # unpublish first
+            storage.delete_dir(self.location(version))
+        else:
+            shutil.rmtree(self.location(version), ignore_errors=True)
+
+
+LocalArtifactStore = ArtifactStore  # the name before object stores
 
 
 # Atomic pointer moves: read, move, publish and audit in one server-side step.
@@ -101,7 +117,7 @@ def _now_iso() -> str:
 class ModelRegistry:
     """Versions, metadata and pointers in Redis; artifacts in ``store``."""
 
-    def __init__(self, client, store: LocalArtifactStore, prefix: str = "kdsm:"):
+    def __init__(self, client, store: ArtifactStore, prefix: str = "kdsm:"):
         self.r = client
         self.store = store
         self.keys = Keys(prefix)
@@ -110,7 +126,7 @@ class ModelRegistry:
 
     @classmethod
     def from_settings(cls, settings, client=None) -> ModelRegistry:
-        return cls(client or redis_client(settings.redis), LocalArtifactStore(settings.registry.store_dir),
+        return cls(client or redis_client(settings.redis), ArtifactStore(settings.registry.store_dir),
                    settings.redis.key_prefix)
 
     # ------------------------------------------------------------ versions
@@ -183,7 +199,7 @@ class ModelRegistry:
         if meta is None:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
         if not self.store.exists(version):
-            raise RegistryError(f"version {version} has no artifact in the store ({self.store.local_path(version)})")
+            raise RegistryError(f"version {version} has no artifact in the store ({self.store.location(version)})")
         if meta.get("status") == "rejected" and not force:
             raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
         was = self.current_version()
@@ -266,7 +282,7 @@ class RegistryModelProvider:
     # ------------------------------------------------------------ internals
     def _load(self, version: str, schema: str | None) -> KDSM:
         try:
-            det = KDSM.load(self.registry.store.local_path(version), device=self.device)
+            det = KDSM.load(self.registry.store.location(version), device=self.device)
         except (ArtifactError, OSError) as e:
             raise RegistryError(f"version {version} does not load: {e}") from None
         if schema is not None and det.schema_hash_ != schema:
@@ -321,7 +337,7 @@ def serving_model_dir(settings) -> str:
             log.warning({"event": "registry_unreachable_using_stream_model", "error": str(e)})
             current = None
         if current is not None:
-            return str(reg.store.local_path(current))
+            return str(reg.store.location(current))
     if not settings.stream.model:
         raise FileNotFoundError("no model: pass --model DIR, set stream.model, or promote a version in the registry")
     return settings.stream.model

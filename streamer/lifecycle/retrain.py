@@ -45,12 +45,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, ResponseError
 
+from offline_train import storage
 from offline_train.artifact import ArtifactError
-from offline_train.data import DataError, ParquetSource
+from offline_train.data import DataError, ParquetSource, open_parquet
 from offline_train.detector import KDSM
 from offline_train.engine import make_engine
 from offline_train.job import label_metrics
@@ -121,7 +121,7 @@ class RetrainLock:
 # ---------------------------------------------------------------------- data
 def _rows(path: Path) -> int | None:
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return open_parquet(path).metadata.num_rows
     except Exception:  # noqa: BLE001 - any unreadable file is skipped, never fatal
         return None
 
@@ -129,7 +129,7 @@ def _rows(path: Path) -> int | None:
 def select_window(root, window_hours: float | None, max_rows: int, now: float | None = None) -> dict:
     """Newest readable closed files within the window until ``max_rows`` rows; returned oldest first."""
     now = time.time() if now is None else now
-    files = closed_files(root) if Path(root).is_dir() else []
+    files = closed_files(root) if storage.is_remote(root) or Path(root).is_dir() else []
     if window_hours is not None:
         files = [f for f in files if now - f.stat().st_mtime <= window_hours * 3600]
     chosen, skipped, rows = [], [], 0
@@ -252,7 +252,7 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     current = None
     if cur_version:
         try:
-            current = KDSM.load(registry.store.local_path(cur_version), device=settings.registry.device)
+            current = KDSM.load(registry.store.location(cur_version), device=settings.registry.device)
         except (ArtifactError, RegistryError, OSError) as e:
             log.warning({"event": "current_model_unloadable", "version": cur_version, "error": str(e),
                          "action": "training without it"})
@@ -302,7 +302,7 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
                                                      "parent": cur_version, "status": "validating"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    gate = validate(settings, registry.store.local_path(version), current, window["files"])
+    gate = validate(settings, registry.store.location(version), current, window["files"])
     details["gate"] = gate
     registry.update(version, gate=gate, status="validated" if gate["passed"] else "rejected")
     if not gate["passed"]:

@@ -40,12 +40,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     from offline_train.config import ConfigError
     from offline_train.data import DataError
     from offline_train.engine import EngineUnavailable
+    from offline_train.storage import StorageError
     from streamer.lifecycle.control import RedisUnavailable
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
-              RedisUnavailable, EngineUnavailable)
+              RedisUnavailable, EngineUnavailable, StorageError)
     model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
     if model is not None:
         errors += (model.DeviceError,)

@@ -98,7 +98,7 @@ def _models(a, settings_cls) -> int:
             from streamer.lifecycle.registry import RegistryError
 
             raise RegistryError(f"unknown model version {a.version!r}")
-        _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.local_path(a.version))})
+        _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.location(a.version))})
     elif a.action == "add":
         v = reg.add(a.model, meta={"trigger": "manual add"})
         out = {"added": v}

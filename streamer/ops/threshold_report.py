@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from offline_train import storage
+from offline_train.data import open_parquet
 from streamer.lifecycle.archive import closed_files
 from streamer.lifecycle.registry import serving_model_dir
 from streamer.lifecycle.thresholds import ThresholdError
@@ -68,8 +69,8 @@ def read_window(archive_dir: str | Path, model, hours: float | None = 24.0, max_
     Without ``rescore`` only rows of ``model.version_`` are kept; with it, the
     window's features are scored by ``model``.
     """
-    root = Path(archive_dir)
-    if not root.is_dir():
+    root = archive_dir if storage.is_remote(archive_dir) else Path(archive_dir)
+    if not storage.is_remote(root) and not root.is_dir():
         raise ReportError(f"archive directory {root} does not exist (archive.dir; is the streamer archiving?)")
     now = time.time() if now is None else now
     files = closed_files(root)
@@ -82,7 +83,7 @@ def read_window(archive_dir: str | Path, model, hours: float | None = 24.0, max_
     tables, total, versions = [], 0, {}
     for f in reversed(files):  # newest first, stop once max_rows are in hand
         try:
-            t = pq.read_table(f, columns=cols)
+            t = open_parquet(f).read(columns=cols)
         except (pa.ArrowInvalid, KeyError, OSError) as e:  # a foreign or damaged file is skipped, not fatal
             log.warning({"event": "report_skip_file", "file": str(f), "error": str(e)})
             continue

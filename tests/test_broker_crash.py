@@ -1,0 +1,134 @@
+"""SIGKILL the broker mid-stream and restart it (same port, same storage): the streamer reconnects by itself and no
+event is lost. The broker is a durable Tansu (its log in the session's SeaweedFS), as ``start.sh --durable`` runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+import yaml
+from conftest import make_blobs
+from stream_support import create_topics, event, make_settings, read_topic
+from test_stream_crash import TopicReader, _wait_log
+
+from offline_train.detector import KDSM
+from streamer.dev import local_services
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.thresholds import ThresholdStore
+from streamer.pipeline.kafka_clients import make_producer
+
+pytestmark = pytest.mark.integration
+DOWN_S = 5.0  # how long the broker stays dead
+
+
+@pytest.fixture
+def durable_broker(s3_endpoint, tmp_path):
+    svc = local_services.Service("kafka", local_services.free_port(), tmp_path / "broker", s3_endpoint=s3_endpoint)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def test_broker_sigkill_and_restart_loses_nothing(tmp_path, durable_broker, redis_url, unique, tiny_model_dir):
+    broker = durable_broker
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(broker.url, redis_url, unique, model=str(tiny_model_dir), max_batch=100, max_in_flight=2)
+    create_topics(s)
+    # Every valid event alerts (warning threshold 0), so "no event without its output" is checkable per id.
+    ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
+    cfg = tmp_path / "stream.yaml"
+    cfg.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
+                                   "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0}}))
+    X = make_blobs(n=3200, seed=0)[0][1200:]
+    values = [event(f"e{i}", x, model.feature_names_) if i % 50 else b"not json" for i, x in enumerate(X)]
+    n_bad = sum(1 for v in values if v == b"not json")
+
+    # Events go out in acknowledged bursts (acks=all) under a lock; the broker is killed right after one large
+    # burst, so the streamer has a backlog at the kill, and every event the test produced was acknowledged:
+    # what the streamer had not yet read must survive the crash.
+    burst_lock = threading.Lock()
+    sent = {"next": 0}
+
+    def send(p, n: int) -> None:  # call with burst_lock held
+        i, j = sent["next"], min(sent["next"] + n, len(values))
+        futures = [p.send(s.kafka.events_topic, key=f"k{k}".encode(), value=values[k]) for k in range(i, j)]
+        p.flush()
+        for f in futures:
+            f.get(timeout=30)  # acknowledged, or the test fails here (not as a "lost" event later)
+        sent["next"] = j
+
+    def produce_in_bursts():
+        p = make_producer(s.kafka, retries=50)
+        while True:
+            with burst_lock:
+                if sent["next"] >= len(values):
+                    break
+                send(p, 40)
+            time.sleep(0.1)
+        p.close()
+
+    log_path = tmp_path / "stream.log"
+    log = open(log_path, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "streamer", "stream", "--config", str(cfg), "--model",
+                             str(tiny_model_dir)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    producer = threading.Thread(target=produce_in_bursts)
+    try:
+        assert _wait_log(log_path, '"event": "partitions_assigned"', 1), log_path.read_text()[-3000:]
+        alerts = TopicReader(broker.url, s.kafka.alerts_topic)
+        producer.start()
+        deadline = time.monotonic() + 60
+        while len(alerts.poll()) < 300 and time.monotonic() < deadline:
+            pass
+        assert len(alerts.values) >= 300, log_path.read_text()[-3000:]
+        with burst_lock:
+            p = make_producer(s.kafka)
+            send(p, 1000)  # a backlog, acknowledged
+            p.close()
+            valid_sent = sum(1 for v in values[:sent["next"]] if v != b"not json")
+            at_kill = len(alerts.poll())
+            os.kill(broker.pid(), signal.SIGKILL)
+            time.sleep(DOWN_S)  # the streamer's fetches, commits and alert sends fail meanwhile
+            t0 = time.monotonic()
+            broker.start()  # same port, same S3 storage
+            restart_s = time.monotonic() - t0
+        assert at_kill < valid_sent, "the streamer had no backlog at the kill; nothing was tested"
+        assert at_kill < len(values) - n_bad, "the stream ended before the kill; nothing was tested"
+        # The readers are the test's instruments, not the system under test: after the restart, the topics are
+        # read afresh (a consumer's own reconnection is not what is tested here).
+        alerts.c.close()
+        want_alerts = {f"e{i}" for i in range(len(values)) if i % 50}
+        want_dead = {i for i in range(len(values)) if i % 50 == 0}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            producer.join(0.5)
+            got = read_topic(broker.url, s.kafka.alerts_topic, len(want_alerts), timeout=10)
+            if {json.loads(r.value)["event_id"] for r in got} >= want_alerts:
+                break
+        producer.join(60)
+        assert proc.poll() is None, "the streamer exited instead of reconnecting:\n" + log_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+    counts = Counter(json.loads(r.value)["event_id"] for r in got)
+    missing = want_alerts - set(counts)
+    assert not missing, f"{len(missing)} events without an alert, e.g. {sorted(missing)[:5]}\n" + log_path.read_text()[-3000:]
+    dead_msgs = [json.loads(r.value) for r in read_topic(broker.url, s.kafka.deadletter_topic, len(want_dead), timeout=15)]
+    if want_dead - {d["source"]["offset"] for d in dead_msgs}:  # duplicates may have filled the count: read it all
+        dead_msgs = [json.loads(r.value) for r in read_topic(broker.url, s.kafka.deadletter_topic, 10**9, timeout=15)]
+    lost_dead = want_dead - {d["source"]["offset"] for d in dead_msgs}
+    assert not lost_dead, f"bad events without a dead letter: offsets {sorted(lost_dead)}; {len(dead_msgs)} read"
+    dups = sum(c - 1 for c in counts.values())
+    print(f"broker killed after {at_kill} of {valid_sent} sent valid events had alerts (backlog {valid_sent - at_kill}), "
+          f"down {DOWN_S:g}s, restarted in {restart_s:.2f}s; duplicate alerts {dups}")
