@@ -2,7 +2,8 @@
 
 - ``weights.safetensors``: the network's state dict and the sorted calibration scores.
 - ``metadata.json``: format version, model version, feature names and order,
-  schema hash, scaler, sigmas, kappas, thresholds, network config, training
+  the fitted feature spec where there is one (``offline_train.features``: spec,
+  medians, modes, vocabularies; JSON), schema hash, scaler, sigmas, kappas, thresholds, network config, training
   summary, and a SHA-256 checksum over the weights file and the metadata.
 
 Loading checks the format, the checksum and the shapes, and raises
@@ -30,6 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from . import storage
+from .features import spec_hash
 
 FORMAT = "kdsm-artifact/1"
 WEIGHTS = "weights.safetensors"
@@ -143,6 +145,11 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dic
         tensors = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError) as e:
         raise ArtifactError(f"{path}: cannot read weights: {e}") from None
-    if schema_hash(meta.get("features", [])) != meta.get("schema_hash"):
-        raise ArtifactError(f"{path}: schema hash does not match the feature list")
+    spec = meta.get("feature_spec")
+    try:
+        expected = spec_hash(spec) if spec else schema_hash(meta.get("features", []))
+    except (KeyError, TypeError) as e:
+        raise ArtifactError(f"{path}: the feature spec is malformed: {e!r}") from None
+    if expected != meta.get("schema_hash"):
+        raise ArtifactError(f"{path}: schema hash does not match the feature " + ("spec" if spec else "list"))
     return tensors, meta

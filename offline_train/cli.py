@@ -1,4 +1,4 @@
-"""Offline subcommands of ``kdsm``: train and score. Registered by ``streamer.ops.cli``.
+"""Offline subcommands of ``kdsm``: train, score and features infer. Registered by ``streamer.ops.cli``.
 
 Each ``register`` takes the argparse subparsers and the settings class to load
 (the full product settings, so one YAML file serves every command).
@@ -39,6 +39,17 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--config", help="YAML config file (for the storage section of s3:// locations)")
     p.set_defaults(func=lambda a: _score(a, settings_cls))
 
+    p = sub.add_parser("features", help="the feature spec (README \"Feature spec\")",
+                       description="Feature spec tools: infer prints the spec training would infer from the data.")
+    fsub = p.add_subparsers(dest="features_command", metavar="ACTION", required=True)
+    q = fsub.add_parser("infer", help="print the feature spec inferred from Parquet data, as YAML for the config",
+                        description="Types from the Parquet schema (numbers, strings, booleans; structs flattened to "
+                                    "dotted paths), missing: impute where the data has nulls, identifier-like string "
+                                    "columns left out (said in a comment). Paste it under features: to edit it.")
+    q.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob")
+    q.add_argument("--config", help="YAML config file (data.id_column, timestamp_column, label_column are left out)")
+    q.set_defaults(func=lambda a: _infer(a, settings_cls))
+
 
 def _train(a, settings_cls) -> int:
     from .job import train_job
@@ -76,4 +87,15 @@ def _score(a, settings_cls) -> int:
 
     load_settings(settings_cls, a.config)  # configures object storage for s3:// locations
     score_job(a.model, a.data, a.out)
+    return 0
+
+
+def _infer(a, settings_cls) -> int:
+    from .data import ParquetSource
+    from .features import specs_yaml
+
+    dc = load_settings(settings_cls, a.config).data
+    source = ParquetSource(a.data, features=dc.features, id_column=dc.id_column, timestamp_column=dc.timestamp_column,
+                           label_column=dc.label_column, batch_rows=dc.batch_rows)
+    print(specs_yaml(source.specs, source.left_out), end="")
     return 0

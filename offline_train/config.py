@@ -56,6 +56,39 @@ class DataConfig(Section):
     workers: int = Field(2, gt=0, description="engine dask without a scheduler: worker processes of the local cluster")
 
 
+class FeatureSpec(Section):
+    """One feature of a mixed event (``features:`` in the config; ``offline_train.features`` applies it).
+
+    >>> FeatureSpec(name="amount", type="numeric", missing="impute", log1p=True).keys
+    ['amount']
+    >>> FeatureSpec(name="os", path="device.os", type="categorical").keys
+    ['device', 'os']
+    """
+
+    name: str = Field(..., min_length=1, description="the feature's name in alerts and explanations")
+    path: str | None = Field(None, description="dotted path into nested objects (device.os = field os of object device); null = the top-level field named like the feature")
+    type: Literal["numeric", "categorical", "boolean"] = Field(..., description="numeric = a JSON number; categorical = a string (or integer code); boolean = true/false")
+    missing: Literal["reject", "impute", "zero"] = Field("reject", description="absent or null: reject = dead letter missing_feature (training skips the row); impute = training median/mode plus a missing-indicator column; zero = 0 (categorical: no category)")
+    log1p: bool = Field(False, description="numeric only: sign(x) * log(1 + |x|), after clipping")
+    clip: tuple[float | None, float | None] | None = Field(None, description="numeric only: [low, high] bounds applied before log1p (null = open)")
+    encoding: Literal["auto", "onehot", "frequency", "hash"] = Field("auto", description="categorical only: auto = onehot up to max_categories training categories, else frequency")
+    max_categories: int = Field(20, ge=1, description="categorical: one-hot columns at most; rarer training categories share the <unseen> column")
+    hash_buckets: int = Field(32, ge=2, description="categorical, encoding hash: number of buckets (crc32 of the UTF-8 text)")
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys from the record to the value: the path split at dots, or just the name."""
+        return self.path.split(".") if self.path else [self.name]
+
+    @model_validator(mode="after")
+    def _options_fit_type(self) -> FeatureSpec:
+        if self.type != "numeric" and (self.log1p or self.clip is not None):
+            raise ValueError(f"feature {self.name!r}: log1p and clip apply to numeric features only")
+        if self.type != "categorical" and self.encoding != "auto":
+            raise ValueError(f"feature {self.name!r}: encoding applies to categorical features only")
+        return self
+
+
 class SigmaConfig(Section):
     """Per-feature noise scales from kurtosis (DESIGN 3.2)."""
 
@@ -262,6 +295,17 @@ class TrainSettings(KDSMSettings):
     train: OptimConfig = OptimConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     storage: StorageConfig = StorageConfig()
+    features: list[FeatureSpec] | None = Field(None, description="the feature spec (README \"Feature spec\"); null = inferred from the Parquet schema (kdsm features infer prints it)")
+
+    @model_validator(mode="after")
+    def _one_feature_list(self) -> TrainSettings:
+        if self.features is not None and self.data.features is not None:
+            raise ValueError("set either features (the spec) or data.features (column names), not both")
+        if self.features is not None:
+            names = [f.name for f in self.features]
+            if len(set(names)) != len(names) or not names:
+                raise ValueError("features: names must be unique and the list non-empty")
+        return self
 
 
 # The YAML path travels to settings_customise_sources through this per-class slot:

@@ -3,6 +3,13 @@
 The offline job never holds more than one record batch of raw Parquet in
 memory while computing statistics; rows with a missing or non-finite feature
 are counted and skipped, never fatal.
+
+Features come from the spec (``offline_train.features``): given in the
+config, or inferred from the schema. Plain numeric columns without nulls are
+read as they always were (named float columns); any other spec (strings,
+booleans, nested structs, nulls to impute, transforms) is fitted in one extra
+pass and every batch goes through its encoder, the same transform the
+streamer applies to JSON events.
 """
 
 from __future__ import annotations
@@ -21,6 +28,15 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from . import storage
+from .features import (
+    FittedFeatures,
+    SpecError,
+    candidate_specs,
+    infer_specs,
+    is_numeric_only,
+    profile,
+    schema_leaves,
+)
 
 
 class DataError(ValueError):
@@ -89,6 +105,8 @@ def open_parquet(location) -> pq.ParquetFile:
 
 # The demo's data (ADBench cardio), shipped as package data; kept out of a ``data/`` folder beside this module.
 BUNDLED_CARDIO = Path(__file__).resolve().parent / "bundled" / "cardio.parquet"
+# Mixed events for ``kdsm demo --mixed``: Solar Flare from river's wheel (offline_train.evaluation.solar_flare).
+BUNDLED_SOLAR_FLARE = Path(__file__).resolve().parent / "bundled" / "solar_flare.parquet"
 
 
 def read_table(spec: str | os.PathLike | list) -> pa.Table:
@@ -124,23 +142,6 @@ def _is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
 
 
-def infer_features(schema: pa.Schema, requested: list[str] | None, exclude: set[str]) -> list[str]:
-    """Feature columns in order: ``requested`` checked against the schema, else numeric non-excluded ones."""
-    if requested:
-        names = set(schema.names)
-        unknown = [f for f in requested if f not in names]
-        if unknown:
-            raise DataError(f"unknown feature column(s): {', '.join(unknown)}; the data has: {', '.join(schema.names)}")
-        bad = [f for f in requested if not _is_numeric(schema.field(f).type)]
-        if bad:
-            raise DataError(f"feature column(s) are not numeric: {', '.join(bad)}")
-        return list(requested)
-    features = [f.name for f in schema if _is_numeric(f.type) and f.name not in exclude]
-    if not features:
-        raise DataError("no numeric feature columns in the data (id, timestamp and label columns are excluded)")
-    return features
-
-
 @dataclass
 class Partition:
     """Whole row groups of one file (``fragment``), starting at row ``offset`` of the dataset."""
@@ -162,7 +163,11 @@ class ParquetSource:
     label_column: str | None = "label"
     batch_rows: int = 65536
     max_skipped_fraction: float | None = None  # a full pass that skips more raises DataError (None: no bound)
+    spec: list | None = None  # FeatureSpec list (the config's ``features:``); None = inferred (``features`` names narrow it)
+    encoder: FittedFeatures | None = None  # a fitted spec to apply as it is (scoring, retraining); None = fit one if needed
     files: list[Path] = field(init=False)
+    left_out: list[str] = field(init=False, default_factory=list)  # columns inference left out, with why
+    specs: list = field(init=False, default_factory=list)  # the spec in use (given, inferred or the encoder's)
     rows_read: int = field(init=False, default=0)
     rows_skipped: int = field(init=False, default=0)
 
@@ -173,8 +178,68 @@ class ParquetSource:
         exclude = {self.id_column, self.timestamp_column}
         if self.label_column:
             exclude.add(self.label_column)
-        self.features = infer_features(schema, self.features, exclude)
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
+        if self.encoder is None:
+            self.encoder = self._fit_encoder(schema, exclude)
+        if self.encoder is not None:
+            self._check_leaves(schema, self.encoder.specs)
+            self.features = list(self.encoder.columns)
+            self.specs = self.encoder.specs
+
+    def _fit_encoder(self, schema: pa.Schema, exclude: set[str]) -> FittedFeatures | None:
+        """None where the features are plain numeric columns without nulls (read as named float columns)."""
+        try:
+            if self.spec is None:
+                specs, self.left_out = candidate_specs(schema, exclude, self.features)
+                if not specs:
+                    raise DataError("no usable feature columns in the data (id, timestamp and label columns are excluded)")
+                if is_numeric_only(specs) and not self._nulls([s.name for s in specs]):
+                    self.features, self.specs = [s.name for s in specs], specs
+                    return None
+                stats = self._profile(specs)
+                specs, self.left_out = infer_specs(schema, stats, exclude, self.features)
+            else:
+                specs = list(self.spec)
+                self._check_leaves(schema, specs)
+                stats = self._profile(specs)
+            self.specs = specs
+            if is_numeric_only(specs):
+                self.features = [s.name for s in specs]
+                return None
+            return FittedFeatures.fit(specs, stats)
+        except SpecError as e:
+            raise DataError(str(e)) from None
+
+    def _check_leaves(self, schema: pa.Schema, specs: list) -> None:
+        leaves = schema_leaves(schema)
+        for sp in specs:
+            t = leaves.get(tuple(sp.keys))
+            if t is None:
+                raise DataError(f"feature {sp.name!r}: no column {'.'.join(sp.keys)!r} in the data; it has: "
+                                + ", ".join(".".join(k) for k in leaves))
+            ok = {"numeric": _is_numeric(t) and not pa.types.is_boolean(t), "boolean": pa.types.is_boolean(t),
+                  "categorical": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+                  or pa.types.is_dictionary(t)}[sp.type]
+            if not ok:
+                raise DataError(f"feature {sp.name!r} is {sp.type} in the spec but column {'.'.join(sp.keys)!r} is {t}")
+
+    @staticmethod
+    def _top_columns(specs: list) -> list[str]:
+        return list(dict.fromkeys(sp.keys[0] for sp in specs))
+
+    def _nulls(self, names: list[str]) -> bool:
+        try:
+            return any(rb.column(i).null_count for rb in self._ds.to_batches(columns=names, batch_size=self.batch_rows)
+                       for i in range(len(names)))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"cannot read Parquet data: {e}") from None
+
+    def _profile(self, specs: list) -> dict:
+        cols = self._top_columns(specs)
+        try:
+            return profile(self._ds.to_batches(columns=cols, batch_size=self.batch_rows), specs)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise DataError(f"cannot read Parquet data: {e}") from None
 
     def partitions(self, target_rows: int) -> list[Partition]:
         """The dataset cut into pieces of whole row groups, about ``target_rows`` each, in stored order."""
@@ -203,7 +268,10 @@ class ParquetSource:
         yield among the batch's ``n`` rows, which are rows ``offset..offset+n-1`` of the whole
         dataset in stored order, skipped ones included (rows it drops are not "skipped").
         """
-        columns = list(self.features) + ([self.label_column] if with_labels and self.has_labels else [])
+        enc = self.encoder
+        inputs = self._top_columns(enc.specs) if enc else list(self.features)
+        label = [self.label_column] if with_labels and self.has_labels else []
+        columns = list(dict.fromkeys(inputs + label))
         read = skipped = 0
         offset = part.offset if part else 0
         try:
@@ -213,11 +281,16 @@ class ParquetSource:
             for rb in record_batches:
                 if rb.num_rows == 0:
                     continue
-                X = np.column_stack([_to_float(rb.column(i)) for i in range(len(self.features))])
-                ok = np.isfinite(X).all(axis=1)
+                if enc is None:
+                    X = np.column_stack([_to_float(rb.column(i)) for i in range(len(self.features))])
+                    ok = np.isfinite(X).all(axis=1)
+                else:
+                    encoded = enc.encode_arrow(rb)
+                    X, ok = encoded.X, np.ones(rb.num_rows, bool)
+                    ok[list(encoded.reasons)] = False
                 y = None
                 if with_labels and self.has_labels:
-                    y = _to_float(rb.column(len(self.features)))
+                    y = _to_float(rb.column(rb.schema.get_field_index(self.label_column)))
                     ok &= np.isfinite(y)
                 read += rb.num_rows
                 skipped += int((~ok).sum())

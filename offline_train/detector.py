@@ -39,6 +39,7 @@ from .config import (
 )
 from .data import DataError, ParquetSource, bounded_sample
 from .engine import LocalEngine
+from .features import FittedFeatures
 from .model import ScoreNet, resolve_device
 from .refine import Refinement
 from .scaler import ColumnMoments, Scaler
@@ -62,6 +63,7 @@ class Explanation:
     direction: np.ndarray  # sign of f(x): +1 = the feature should rise to look normal
     value: np.ndarray
     expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
+    items: list | None = None  # with a feature spec: per row, the top features in the user's terms (dicts)
 
 
 def _or_default(section, cls):
@@ -124,12 +126,17 @@ class KDSM(BaseEstimator):
 
     # ----------------------------------------------------------------- fitting
     def fit(self, X: np.ndarray, y=None, feature_names: list[str] | None = None, progress: bool = False,
-            scaler: Scaler | None = None) -> KDSM:
+            scaler: Scaler | None = None, features: FittedFeatures | None = None) -> KDSM:
         """Fit on raw rows ``X`` (n, d). ``y`` is ignored (unsupervised, as in PyOD).
 
         ``scaler``: an already-fitted ``Scaler`` to use instead of fitting one
         on ``X`` (the unsupervised ADBench protocol fits it on all rows).
+        ``features``: the fitted feature spec that encoded ``X`` (its columns name
+        the features); the model keeps it, so it scores and explains raw records.
         """
+        self.features_ = features
+        if features is not None:
+            feature_names = features.columns
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or len(X) < 2:
             raise ValueError(f"X must be a 2-D array with at least 2 rows, got shape {X.shape}")
@@ -155,6 +162,7 @@ class KDSM(BaseEstimator):
         lines where no progress bar can show (not a TTY).
         """
         phase = on_phase or (lambda text: None)
+        self.features_ = source.encoder
         engine = engine or LocalEngine()
         d = len(source.features)
         holdout = self._holdout_mask_fn()
@@ -263,7 +271,9 @@ class KDSM(BaseEstimator):
 
     @property
     def schema_hash_(self) -> str:
-        return schema_hash(self.feature_names_)
+        """The input contract's hash: the feature spec's where there is one, else the ordered feature names."""
+        spec = getattr(self, "features_", None)
+        return spec.spec_hash() if spec is not None else schema_hash(self.feature_names_)
 
     @torch.no_grad()
     def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
@@ -311,10 +321,14 @@ class KDSM(BaseEstimator):
     def severity(self, scores: np.ndarray, thresholds: dict[str, float] | None = None) -> np.ndarray:
         return severity_of(scores, thresholds or self.thresholds_)
 
-    def explain(self, X: np.ndarray, top_k: int | None = None, outputs: np.ndarray | None = None) -> Explanation:
+    def explain(self, X: np.ndarray, top_k: int | None = None, outputs: np.ndarray | None = None,
+                records: list[dict] | None = None) -> Explanation:
         """Top features per row: contribution = f_j^2 / ||f||^2; expected value by Tweedie's formula.
 
-        Pass ``outputs`` (from ``score_outputs``) to skip the forward pass.
+        Pass ``outputs`` (from ``score_outputs``) to skip the forward pass. With a
+        feature spec, ``items`` also lists the top features in the user's terms
+        (``FittedFeatures.explain``); ``records``, the raw events of the rows, let
+        it quote their values (an unseen category by name).
         """
         X = np.asarray(X, dtype=np.float64)
         F = self.score_outputs(X)[1] if outputs is None else outputs
@@ -327,8 +341,13 @@ class KDSM(BaseEstimator):
         rows = np.arange(len(X))[:, None]
         Z = self.standardise(X)
         expected = self.scaler_.inverse_transform(Z + self.sigmas_ * F)
+        items = None
+        spec = getattr(self, "features_", None)
+        if spec is not None:
+            items = spec.explain(X, share, expected, F, top_k or self.calibration_config.top_features, records)
         return Explanation(scores=np.sqrt(total[:, 0]), features=top, contribution=share[rows, top],
-                           direction=np.sign(F[rows, top]), value=X[rows, top], expected=expected[rows, top])
+                           direction=np.sign(F[rows, top]), value=X[rows, top], expected=expected[rows, top],
+                           items=items)
 
     # ----------------------------------------------------------------- persistence
     def save(self, path, extra: dict | None = None) -> Path:
@@ -354,6 +373,7 @@ class KDSM(BaseEstimator):
                             "top_features": self.calibration_config.top_features},
             "train_summary": self.train_summary_.to_dict(),
             "data_summary": getattr(self, "data_summary_", None),
+            **({"feature_spec": self.features_.to_dict()} if getattr(self, "features_", None) is not None else {}),
             **(extra or {}),
         }
         return write_artifact(path, tensors, meta)
@@ -370,6 +390,9 @@ class KDSM(BaseEstimator):
                       refine=RefineConfig(**meta.get("refine_config", {"enabled": False})), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
             det.feature_names_ = list(meta["features"])
+            det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None
+            if det.features_ is not None and det.features_.columns != det.feature_names_:
+                raise ArtifactError(f"{path}: the feature spec's columns differ from the feature list")
             det.n_features_in_ = d
             if len(det.feature_names_) != d or len(meta["sigmas"]) != d:
                 raise ArtifactError(f"{path}: feature count mismatch ({len(det.feature_names_)} names, d={d})")

@@ -68,7 +68,13 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     dc = settings.data
     source = ParquetSource(data, features=dc.features, id_column=dc.id_column, timestamp_column=dc.timestamp_column,
                            label_column=dc.label_column, batch_rows=dc.batch_rows,
-                           max_skipped_fraction=dc.max_skipped_fraction)  # checked at the end of the first pass
+                           max_skipped_fraction=dc.max_skipped_fraction,  # checked at the end of the first pass
+                           spec=settings.features)
+    if source.encoder is not None:
+        log(f"features: {len(source.encoder.features)} in the spec -> {len(source.features)} encoded columns "
+            f"({', '.join(f'{f.spec.name}: {f.kind}' for f in source.encoder.features)})")
+    for why in source.left_out:
+        log(f"features: left out {why}")
     log(f"data: {len(source.files)} file(s), {len(source.features)} features")
     with make_engine(dc.engine, dc.scheduler, dc.workers) as engine:
         if engine.name != "local":
@@ -85,6 +91,7 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
             f"warm start on the {ts.refine['start_keep']:.0%} core, then {ts.refine['rounds']} rounds on the "
             f"{ts.refine['keep']:.1%} of rows the network finds most normal")
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
+               "feature_spec": [s.model_dump(exclude_defaults=True) for s in source.encoder.specs] if source.encoder else None,
                "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist(), strict=True)),
                "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,
                "train": {k: v for k, v in ts.to_dict().items() if k != "loss_curve"}}
@@ -117,7 +124,9 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     files = resolve_paths(data)
     dataset = _dataset(files)
     names = dataset.schema.names
-    missing = [f for f in det.feature_names_ if f not in names]
+    enc = det.features_
+    inputs = list(dict.fromkeys(s.keys[0] for s in enc.specs)) if enc else det.feature_names_
+    missing = [f for f in inputs if f not in names]
     if missing:
         raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
     passthrough = [c for c in ("id", "ts", "label") if c in names]
@@ -128,13 +137,18 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     writer, counts = None, {"rows": 0, "invalid": 0}
     try:
-        for rb in dataset.to_batches(columns=passthrough + det.feature_names_, batch_size=batch_rows):
-            X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
-                                 for f in det.feature_names_])
-            ok = np.isfinite(X).all(axis=1)
+        for rb in dataset.to_batches(columns=list(dict.fromkeys(passthrough + inputs)), batch_size=batch_rows):
+            if enc is None:
+                X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
+                                     for f in det.feature_names_])
+                ok = np.isfinite(X).all(axis=1)
+            else:  # the same encoder the streamer applies; a row it cannot read is invalid
+                encoded = enc.encode_arrow(rb)
+                X, ok = encoded.X, np.ones(rb.num_rows, bool)
+                ok[list(encoded.reasons)] = False
             scores = np.full(len(X), np.nan)
             scores[ok] = det.decision_function(X[ok])
-            sev = det.severity(np.where(ok, scores, -np.inf)).astype(str)
+            sev = det.severity(np.where(ok, scores, -np.inf)).astype(object)  # str would size to the longest name: "invalid" cut to "i"
             sev[~ok] = "invalid"
             cols = {c: rb.column(c) for c in passthrough}
             cols["score"] = pa.array(scores, mask=~ok)

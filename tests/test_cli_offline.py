@@ -100,10 +100,10 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
     assert train(data=str(tmp_path / "missing.parquet")) == 2
     assert "no such file" in _err(capsys)
 
-    text_only = tmp_path / "text.parquet"
-    pq.write_table(pa.table({"name": ["a", "b"], "city": ["x", "y"]}), text_only)
-    assert train(data=str(text_only)) == 2
-    assert "no numeric feature columns" in _err(capsys)
+    ids_only = tmp_path / "ids.parquet"  # strings with a distinct value per row are identifiers, not categories
+    pq.write_table(pa.table({"name": [f"n{i}" for i in range(1500)], "blob": pa.array([b"x"] * 1500)}), ids_only)
+    assert train(data=str(ids_only)) == 2
+    assert "no usable feature columns" in _err(capsys)
 
     empty = tmp_path / "empty.parquet"
     pq.write_table(pa.table({"f0": pa.array([], pa.float64())}), empty)

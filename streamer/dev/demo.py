@@ -12,6 +12,12 @@
 4. prints each alert on one line as it arrives, then a summary with where the
    report, the metrics and the logs are;
 5. stops everything it started, also on Ctrl-C.
+
+``kdsm demo --mixed`` does the same with mixed events: the bundled Solar
+Flare data (``offline_train.evaluation.solar_flare``: three categorical
+fields, integer codes, a nested object; 3.6 % labelled anomalies) under its
+feature spec (the one configs/demo-mixed.yaml holds), so alerts read in the
+user's terms, e.g. ``spot_size = "K" (expected "S")``.
 """
 
 from __future__ import annotations
@@ -27,20 +33,26 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from offline_train.data import BUNDLED_CARDIO
+from offline_train.data import BUNDLED_CARDIO, BUNDLED_SOLAR_FLARE
 
 DATA = BUNDLED_CARDIO
 
 
+def _feature_text(t: dict) -> str:
+    if "text" in t:  # a feature-spec model explains in the user's terms
+        return f"{t['text']} ({t['contribution']:.0%})"
+    return f"{t['name']} {t['value']:.3g}->{t['expected']:.3g} ({t['contribution']:.0%})"
+
+
 def _alert_line(a: dict, label: int | None) -> str:
-    top = ", ".join(f"{t['name']} {t['value']:.3g}->{t['expected']:.3g} ({t['contribution']:.0%})" for t in a["top_features"][:3])
+    top = ", ".join(_feature_text(t) for t in a["top_features"][:3])
     truth = {1: "labelled anomaly", 0: "labelled normal"}.get(label, "")
     return (f"ALERT {a['severity']:<8} event {a['event_id']:>6}  score {a['score']:7.2f} >= {a['threshold']:.2f}  "
             f"p={a['p_value']:.4f}  top: {top}  [{truth}]")
 
 
 def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: float = 120.0, steps: int = 400,
-             workdir: str | None = None, metrics_port: int = 0, out=print) -> int:
+             workdir: str | None = None, metrics_port: int = 0, out=print, mixed: bool = False) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
     from offline_train.job import train_job
@@ -71,10 +83,15 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         s.stream.max_wait_ms = 50
         s.model.width, s.model.depth = 128, 3  # small enough to train in seconds on a laptop CPU
         s.train.steps = steps
-        out(f"training K-DSM-EMA on {DATA.name} ({steps} steps) ...")
-        summary = train_job(s, DATA, work / "model", progress=False, log=lambda m: out("  " + m),
+        data = DATA
+        if mixed:
+            from offline_train.evaluation.solar_flare import SPEC
+
+            data, s.features = BUNDLED_SOLAR_FLARE, SPEC
+        out(f"training K-DSM-EMA on {data.name} ({steps} steps) ...")
+        summary = train_job(s, data, work / "model", progress=False, log=lambda m: out("  " + m),
                             force=True)  # the demo owns its workdir: a re-run replaces its model
-        table = pq.read_table(DATA)
+        table = pq.read_table(data)
         labels = table.column("label").to_pylist()
         ensure_topics(s.kafka, [s.kafka.events_topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
 

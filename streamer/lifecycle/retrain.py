@@ -51,8 +51,8 @@ from redis.exceptions import LockError, ResponseError
 from offline_train import storage
 from offline_train.artifact import ArtifactError
 from offline_train.data import DataError, ParquetSource, open_parquet
-from offline_train.engine import make_engine
 from offline_train.detector import KDSM
+from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
@@ -288,6 +288,10 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
                 engine=engine)
     except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
         return RetrainResult("failed", reason=f"training failed: {type(e).__name__}: {e}", details=details)
+    if current is not None and current.features_ is not None:
+        # The archive holds the encoded columns the current spec made: the new model keeps that spec (its medians,
+        # modes and vocabularies), so it reads the same events and has the same schema hash.
+        det.features_ = current.features_
     details["train"] = {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"}
     tmp = Path(tempfile.mkdtemp(prefix="kdsm-retrain-"))
     try:

@@ -28,9 +28,9 @@ def register_benches(bench_sub) -> None:
     """``kdsm bench NAME``: modules exposing ``register_bench(bench_subparsers, settings_cls)``."""
     from offline_train import sigma_bench, speed
     from offline_train.evaluation import cli as evaluation_cli
-    from streamer.dev import bench_lifecycle, bench_stream
+    from streamer.dev import bench_features, bench_lifecycle, bench_stream
 
-    for module in (speed, sigma_bench, evaluation_cli, bench_stream, bench_lifecycle):
+    for module in (speed, sigma_bench, evaluation_cli, bench_stream, bench_lifecycle, bench_features):
         module.register_bench(bench_sub, Settings)
 
 

@@ -76,6 +76,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--steps", type=int, default=400, help="training steps of the demo model")
     p.add_argument("--workdir", help="where the model, report and logs go (default: a new temp directory)")
     p.add_argument("--metrics-port", type=int, default=0, help="metrics port (default: a free one)")
+    p.add_argument("--mixed", action="store_true", help="mixed events: the bundled Solar Flare data (categorical fields, "
+                                                        "a nested object) under its feature spec; alerts name categories")
     p.set_defaults(func=lambda a: _demo(a, settings_cls))
 
 
@@ -147,4 +149,4 @@ def _demo(a, settings_cls) -> int:
     from streamer.dev.demo import run_demo
 
     return run_demo(settings_cls, events=a.events, rate=a.rate, duration=a.duration, steps=a.steps,
-                    workdir=a.workdir, metrics_port=a.metrics_port)
+                    workdir=a.workdir, metrics_port=a.metrics_port, mixed=a.mixed)

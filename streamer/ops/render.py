@@ -89,6 +89,8 @@ def _plain(value: Any, secret: bool, mask: bool) -> Any:
         return mask_url(value)
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):  # the feature spec
+        return [v.model_dump(mode="json", exclude_defaults=True) for v in value]
     return value
 
 

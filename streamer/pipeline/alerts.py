@@ -43,9 +43,12 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
         topic, part, off = batch.topics[pos], int(batch.partitions[pos]), int(batch.offsets[pos])
         sev = res.severities[row]
         aid = alert_id(topic, part, off, version)
-        top = [{"name": names[f], "value": float(v), "expected": float(e), "contribution": float(c),
-                "direction": int(s)}
-               for f, v, e, c, s in zip(ex.features[j].tolist(), ex.value[j], ex.expected[j], ex.contribution[j], ex.direction[j], strict=True)]
+        if ex.items is not None:  # a feature-spec model: features in the user's terms, each with its text
+            top = ex.items[j]
+        else:
+            top = [{"name": names[f], "value": float(v), "expected": float(e), "contribution": float(c),
+                    "direction": int(s)}
+                   for f, v, e, c, s in zip(ex.features[j].tolist(), ex.value[j], ex.expected[j], ex.contribution[j], ex.direction[j], strict=True)]
         msg = {"alert_id": aid, "event_id": dec.ids[row], "event_time": dec.ts[row], "scored_at": scored_at,
                "score": float(res.scores[row]), "p_value": float(res.p_values[j]), "severity": sev,
                "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,

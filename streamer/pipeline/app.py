@@ -68,6 +68,7 @@ from .checkpoint import (
 )
 from .deadletter import dead_letter
 from .decode import Decoded, Decoder, Reject
+from .decode_spec import SpecDecoder
 from .kafka_clients import (
     ensure_topics,
     make_consumer,
@@ -258,8 +259,9 @@ class StreamApp:
         if model.version_ == self._decoder_version:
             return
         sc, k = self.settings.stream, self.settings.kafka
-        self._decoder = Decoder(model.feature_names_, sc.id_field, sc.ts_field, sc.schema_field, model.schema_hash_,
-                                k.max_event_bytes)
+        fields = (sc.id_field, sc.ts_field, sc.schema_field, model.schema_hash_, k.max_event_bytes)
+        spec = getattr(model, "features_", None)  # a feature spec: mixed events; none: the numeric fast path
+        self._decoder = SpecDecoder(spec, *fields) if spec is not None else Decoder(model.feature_names_, *fields)
         self._decoder_version = model.version_
         self.metrics.model.clear()
         self.metrics.model.labels(model.version_, model.schema_hash_).set(1)
@@ -349,7 +351,7 @@ class StreamApp:
         if not len(dec.X):
             return empty
         try:
-            res = self.scorer.score(model, dec.X, thresholds)
+            res = self.scorer.score(model, dec.X, thresholds, dec.records)
             bad = ~np.isfinite(res.scores)
             if not bad.any():
                 return res
@@ -360,11 +362,14 @@ class StreamApp:
             ok = np.flatnonzero(~bad)
             dec.X, dec.rows = dec.X[ok], dec.rows[ok]
             dec.ids, dec.ts = [dec.ids[i] for i in ok], [dec.ts[i] for i in ok]
-            return self.scorer.score(model, dec.X, thresholds) if len(ok) else empty
+            if dec.records is not None:
+                dec.records = [dec.records[i] for i in ok]
+            return self.scorer.score(model, dec.X, thresholds, dec.records) if len(ok) else empty
         except Exception as e:  # noqa: BLE001 - a scorer failure must not stop the stream: dead-letter the rows
             log.exception({"event": "scoring_error", "rows": len(dec.X)})
             dec.rejects.extend(Reject(int(i), "scoring_error", repr(e)[:500]) for i in dec.rows)
             dec.X, dec.rows, dec.ids, dec.ts = dec.X[:0], dec.rows[:0], [], []
+            dec.records = [] if dec.records is not None else None
             return empty
 
     def _after_commit(self, batches: list[ScoredBatch]) -> None:

@@ -2,7 +2,9 @@
 
 An event is a flat JSON object (UTF-8): an id, an optional timestamp, an
 optional schema hash and one numeric value per model feature, by name
-(DESIGN 5). Extra keys are ignored.
+(DESIGN 5). Extra keys are ignored. (A model with a feature spec, whose
+events carry categories, booleans, optional or nested fields, is read by
+``decode_spec.SpecDecoder`` instead.)
 
 Two paths, one behaviour:
 
@@ -62,6 +64,7 @@ REASONS = {
     "missing_feature": "a model feature is absent",
     "non_numeric_feature": "a feature value is not a JSON number (strings, booleans, null, arrays, objects)",
     "non_finite_feature": "a feature value is NaN, infinite or out of float64 range",
+    "type_mismatch": "a categorical or boolean feature, or a nested feature's parent, has a value of another JSON type (feature spec)",
     "scoring_error": "the scorer failed on the event (should not happen; see the message)",
 }
 
@@ -90,6 +93,7 @@ class Decoded:
     ids: list  # event ids of the valid rows
     ts: list  # event timestamps of the valid rows (None where absent)
     rejects: list[Reject] = field(default_factory=list)
+    records: list | None = None  # the valid rows' JSON objects (feature-spec models: explanations quote them)
 
 
 class Decoder:

@@ -45,7 +45,8 @@ class Scorer:
     def __init__(self, top_features: int = 5):
         self.top_features = top_features
 
-    def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float]) -> ScoreResult:
+    def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float], records: list | None = None) -> ScoreResult:
+        """``records``: the rows' JSON objects, for explanations in the user's terms (feature-spec models)."""
         scores, F = model.score_outputs(X)
         severities = model.severity(scores, thresholds)
         alert_rows = np.flatnonzero(severities != "")
@@ -53,7 +54,8 @@ class Scorer:
         pv = np.zeros(0)
         if len(alert_rows):
             # Explanations and p-values only for the rows that become alerts.
-            expl = model.explain(X[alert_rows], top_k=self.top_features, outputs=F[alert_rows])
+            expl = model.explain(X[alert_rows], top_k=self.top_features, outputs=F[alert_rows],
+                                 records=[records[i] for i in alert_rows.tolist()] if records is not None else None)
             pv = model.p_values(scores[alert_rows])
         return ScoreResult(scores, severities, alert_rows, pv, expl)
 
@@ -74,7 +76,7 @@ class ConstantScorer:
         self.step = max(1, round(1 / alert_share))
         self.top_features = top_features
 
-    def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float]) -> ScoreResult:
+    def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float], records: list | None = None) -> ScoreResult:
         n, d = X.shape
         scores = np.zeros(n)
         rows = np.arange(0, n, self.step)
