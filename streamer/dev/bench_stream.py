@@ -30,6 +30,7 @@ read is off the hot path: cached).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -38,6 +39,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -310,14 +312,11 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             broker.stop()
 
 
-def delivery_ab(settings, model_path: str | None = None, events: int = 60000, rounds: int = 3, width: int = 512,
-                depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 5.0,
-                out: str | None = "runs/bench-stream-delivery.json", external_broker: bool = False,
-                scorer_kind: str = "model", alert_share: float = 0.01, log=print) -> dict:
-    """The price of exactly once, A/B: at_least_once and exactly_once in alternation (the order flips every
-    round), on one broker, one pre-produced topic and one model, so a shared machine's load drifts across
-    both alike. Per round and mode: end to end over the backlog, then latency at one common rate (half the
-    first at-least-once end-to-end rate). Medians per mode."""
+@contextlib.contextmanager
+def _backlog(settings, prefix: str, events: int, consume_batch: int | None, model_path: str | None, features: int,
+             width: int, depth: int, device: str, external_broker: bool):
+    """What the A/B and sweep benches share: a broker (a fresh Tansu unless external), the model, ``events``
+    rows produced to a new topic and the consume-only rate over them. Yields a namespace; stops the broker."""
     from streamer.pipeline.kafka_clients import ensure_topics
 
     from . import local_services
@@ -329,20 +328,39 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
 
         torch.set_num_threads(s.stream.threads)
     broker = None
-    tmp = Path(tempfile.mkdtemp(prefix="kdsm-ab-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"kdsm-{prefix}-"))
     if not external_broker:
         broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
         s.kafka.bootstrap = broker.url
     try:
         model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
-        names = model.feature_names_
         tag = f"{os.getpid()}-{int(time.time())}"
-        topic = f"ab-{tag}"
-        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"ab-alerts-{tag}", f"ab-dead-{tag}"
+        topic = f"{prefix}-{tag}"
+        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"{prefix}-alerts-{tag}", f"{prefix}-dead-{tag}"
         ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
-        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
-        produce_rate = produce(s.kafka, topic, events_json(X, names))
-        consume = consume_only(s.kafka, topic, events, s.stream.max_batch)
+        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(model.feature_names_))))
+        produce_rate = produce(s.kafka, topic, events_json(X, model.feature_names_))
+        consume = consume_only(s.kafka, topic, events, consume_batch or s.stream.max_batch)
+        yield SimpleNamespace(s=s, model=model, tag=tag, topic=topic, X=X, tmp=tmp, produce_rate=produce_rate,
+                              consume=consume, broker="tansu (local, in-memory)" if broker else s.kafka.bootstrap)
+    finally:
+        if broker:
+            broker.stop()
+
+
+def delivery_ab(settings, model_path: str | None = None, events: int = 60000, rounds: int = 3, width: int = 512,
+                depth: int = 6, features: int = 6, device: str = "auto", latency_seconds: float = 5.0,
+                out: str | None = "runs/bench-stream-delivery.json", external_broker: bool = False,
+                scorer_kind: str = "model", alert_share: float = 0.01, log=print) -> dict:
+    """The price of exactly once, A/B: at_least_once and exactly_once in alternation (the order flips every
+    round), on one broker, one pre-produced topic and one model, so a shared machine's load drifts across
+    both alike. Per round and mode: end to end over the backlog, then latency at one common rate (half the
+    first at-least-once end-to-end rate). Medians per mode."""
+    from streamer.pipeline.kafka_clients import ensure_topics
+
+    with _backlog(settings, "ab", events, None, model_path, features, width, depth, device, external_broker) as env:
+        s, model, tag, topic, X, tmp = env.s, env.model, env.tag, env.topic, env.X, env.tmp
+        produce_rate, consume = env.produce_rate, env.consume
         the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
         log(f"delivery A/B: {events} events, {rounds} rounds, scorer {scorer_kind}, device {model.device_}, "
             f"max_batch {s.stream.max_batch}, max_wait_ms {s.stream.max_wait_ms}; consume-only {consume:,.0f} msg/s")
@@ -390,7 +408,7 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
                   "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                               "device": str(model.device_), "load_avg": os.getloadavg()},
-                  "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap, "scorer": scorer_kind,
+                  "broker": env.broker, "scorer": scorer_kind,
                   "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
                   "max_wait_ms": s.stream.max_wait_ms, "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms,
                   "linger_ms": s.kafka.linger_ms, "consume_only_msg_per_s": round(consume),
@@ -401,9 +419,6 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
             Path(out).write_text(json.dumps(result, indent=2))
             log(f"wrote {out}")
         return result
-    finally:
-        if broker:
-            broker.stop()
 
 
 SWEEP_BATCHES = (128, 512, 2000)
@@ -418,29 +433,10 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
     pre-produced backlog, then p50/p99 event -> alert acknowledged at half that rate. JSON + PNG."""
     from streamer.pipeline.kafka_clients import ensure_topics
 
-    from . import local_services
-
-    s = settings.model_copy(deep=True)
-    s.metrics.enabled = False
-    if s.stream.threads:
-        import torch
-
-        torch.set_num_threads(s.stream.threads)
-    broker = None
-    tmp = Path(tempfile.mkdtemp(prefix="kdsm-sweep-"))
-    if not external_broker:
-        broker = local_services.Service("kafka", local_services.free_port(), tmp / "state").start()
-        s.kafka.bootstrap = broker.url
-    try:
-        model = StaticModelProvider(model_path, device).current() if model_path else bench_model(features, width, depth, device)
-        names = model.feature_names_
-        tag = f"{os.getpid()}-{int(time.time())}"
-        topic = f"sweep-{tag}"
-        s.kafka.alerts_topic, s.kafka.deadletter_topic = f"sweep-alerts-{tag}", f"sweep-dead-{tag}"
-        ensure_topics(s.kafka, [topic, s.kafka.alerts_topic, s.kafka.deadletter_topic])
-        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(events, len(names))))
-        produce_rate = produce(s.kafka, topic, events_json(X, names))
-        consume = consume_only(s.kafka, topic, events, max(batches))
+    with _backlog(settings, "sweep", events, max(batches), model_path, features, width, depth, device,
+                  external_broker) as env:
+        s, model, tag, topic, X, tmp = env.s, env.model, env.tag, env.topic, env.X, env.tmp
+        produce_rate, consume = env.produce_rate, env.consume
         the_scorer = ConstantScorer(alert_share, s.stream.top_features) if scorer_kind == "none" else None
         log(f"sweep: {events} events, consume-only {consume:,.0f} msg/s, delivery {s.kafka.delivery}, "
             f"scorer {scorer_kind}, device {model.device_}")
@@ -464,7 +460,7 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
                   "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                               "device": str(model.device_), "load_avg": os.getloadavg()},
-                  "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap, "delivery": s.kafka.delivery,
+                  "broker": env.broker, "delivery": s.kafka.delivery,
                   "scorer": scorer_kind, "events": events, "consume_only_msg_per_s": round(consume),
                   "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms, "linger_ms": s.kafka.linger_ms,
                   "max_in_flight": s.stream.max_in_flight, "latency_seconds": latency_seconds, "points": points}
@@ -475,9 +471,6 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
             _plot_sweep(result, png)
             log(f"wrote {out} and {png}")
         return result
-    finally:
-        if broker:
-            broker.stop()
 
 
 def _plot_sweep(result: dict, path: Path) -> None:
