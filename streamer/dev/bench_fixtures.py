@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -53,3 +54,11 @@ def consume_only(k, topic: str, n: int, max_batch: int) -> float:
         return (got - first) / (time.perf_counter() - t0) if t0 and got > first else 0.0
     finally:
         c.close(autocommit=False)
+
+
+def write_result(out: str | None, result: dict, log=print) -> None:
+    """Write a bench's result JSON to ``out`` (when given) and say so."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2))
+        log(f"wrote {out}")

@@ -114,7 +114,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     from streamer.pipeline.kafka_clients import ensure_topics
 
     from . import local_services
-    from .bench_fixtures import bench_model, consume_only, events_json
+    from .bench_fixtures import bench_model, consume_only, events_json, write_result
 
     s = settings.model_copy(deep=True)
     s.metrics.enabled = False
@@ -167,10 +167,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
                   "events": events, "partitions": partitions, "max_batch": s.stream.max_batch,
                   "max_wait_ms": s.stream.max_wait_ms, "delivery": s.kafka.delivery,
                   "produce_msg_per_s": round(produce_rate), "consume_only_msg_per_s": round(consume), "groups": results}
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(result, indent=2))
-            log(f"wrote {out}")
+        write_result(out, result, log)
         return result
     finally:
         if broker:

@@ -51,7 +51,7 @@ from streamer.pipeline.decode import Decoder
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import ConstantScorer
 
-from .bench_fixtures import bench_model, consume_only, events_json, produce
+from .bench_fixtures import bench_model, consume_only, events_json, produce, write_result
 
 
 class _Timeline:
@@ -302,10 +302,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         else:
             result.update({"scorer_only_rows_per_s": round(scorer), "scorer_only_samples": [round(scorer_before), round(scorer_after)],
                            "ratio_e2e_over_min": round(ratio, 3), "target_ratio": target})
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(result, indent=2))
-            log(f"wrote {out}")
+        write_result(out, result, log)
         return result
     finally:
         if broker:
@@ -414,10 +411,7 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
                   "linger_ms": s.kafka.linger_ms, "consume_only_msg_per_s": round(consume),
                   "latency_rate_events_per_s": round(rate or 0), "median": summary,
                   "throughput_ratio_exactly_once_over_at_least_once": price, "runs": runs}
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(result, indent=2))
-            log(f"wrote {out}")
+        write_result(out, result, log)
         return result
 
 
@@ -464,12 +458,11 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
                   "scorer": scorer_kind, "events": events, "consume_only_msg_per_s": round(consume),
                   "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms, "linger_ms": s.kafka.linger_ms,
                   "max_in_flight": s.stream.max_in_flight, "latency_seconds": latency_seconds, "points": points}
+        write_result(out, result, log)
         if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(result, indent=2))
             png = Path(out).with_suffix(".png")
             _plot_sweep(result, png)
-            log(f"wrote {out} and {png}")
+            log(f"wrote {png}")
         return result
 
 
