@@ -269,6 +269,14 @@ def test_bench_sigmas_prints_and_writes_its_figures(tmp_path):
     assert any("engines agree bit for bit: True" in line for line in lines)
 
 
+@pytest.mark.parametrize("argv", [["--rows", "-5"], ["--rows", "0"], ["--workers", "x"], ["--features", "0"]])
+def test_bench_sigmas_refuses_counts_below_one_in_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "sigmas", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err
+
+
 @pytest.mark.integration
 def test_retrain_runs_its_statistics_on_the_configured_engine(tmp_path, redis_url, unique, tiny_model_dir, dask_engine):
     from test_retrain import overrides, shifted, write_archive
