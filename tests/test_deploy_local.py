@@ -7,6 +7,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from streamer.dev.local_services import free_port, port_open
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +77,46 @@ def test_local_redis_keeps_its_data_across_stop_and_start(tmp_path):
         client.close()
     finally:
         svc.stop()
+
+
+def test_free_ports_are_distinct_and_outside_the_ephemeral_range():
+    """Outgoing connections draw source ports from the ephemeral range; a port handed out there could be taken
+    between choosing it and a slow server binding it (SeaweedFS then exits with code 255)."""
+    from streamer.dev.local_services import _ephemeral_range
+
+    low, _ = _ephemeral_range()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(p < low for p in ports)
+
+
+def test_s3_server_that_loses_a_port_race_is_started_again_on_fresh_ports(tmp_path, monkeypatch):
+    """The first weed start dies the way a lost port race does (an inner port taken); start() tries again."""
+    from streamer.dev.local_services import Service
+
+    svc = Service("s3", free_port(), tmp_path)
+    real_command, calls = Service.command, []
+
+    def command(self):
+        calls.append(1)
+        if len(calls) == 1:
+            return ["sh", "-c", "echo 'F1126 volume.go:577 failed to listen on grpc port 1: bind: address already "
+                                "in use'; exit 255"]
+        return real_command(self)
+
+    monkeypatch.setattr(Service, "command", command)
+    try:
+        svc.start(timeout=60)
+        assert len(calls) == 2 and port_open("127.0.0.1", svc.port)
+    finally:
+        svc.stop()
+
+
+def test_s3_server_that_keeps_exiting_is_reported_with_its_reason(tmp_path, monkeypatch):
+    from streamer.dev.local_services import Service, ServiceError
+
+    svc = Service("s3", free_port(), tmp_path)
+    monkeypatch.setattr(Service, "command", lambda self: ["sh", "-c", "echo 'F1126 x.go:1 bad disk'; exit 255"])
+    with pytest.raises(ServiceError) as e:
+        svc.start(timeout=10)
+    assert "code 255: F1126 x.go:1 bad disk" in str(e.value) and str(svc.log_file) in str(e.value)

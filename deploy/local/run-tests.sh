@@ -6,9 +6,7 @@ cd "$(dirname "$0")/../.."
 bash deploy/local/setup.sh
 
 state=$(mktemp -d -t kdsm-test-services.XXXXXX)
-kport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
-rport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
-sport=$(python3 -c "from streamer.dev.local_services import free_port; print(free_port())")
+read -r kport rport sport < <(python3 -c "from streamer.dev.local_services import free_port as f; print(f(), f(), f())")
 export KDSM_LOCAL_STATE="$state"
 cleanup() { python3 -m streamer.dev.local_services stop --kafka-port "$kport" --redis-port "$rport" --s3-port "$sport" >/dev/null 2>&1 || true; rm -rf "$state"; }
 trap cleanup EXIT

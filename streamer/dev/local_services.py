@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -43,6 +44,10 @@ class ServiceError(RuntimeError):
     """A local service that could not be started; the message says why and what to do."""
 
 
+class _ExitedAtStart(Exception):
+    """The server process ended while starting (the message: its exit code and last error line)."""
+
+
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -51,10 +56,41 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # the Linux default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range.
+
+    A port the kernel picks (bind to 0) comes from the ephemeral range, which outgoing connections also draw
+    from: between choosing it and the server binding it (a second or more for SeaweedFS's inner servers), a
+    client's connection could take it and the server exits. Below that range only listeners bind.
+    """
+    low = _ephemeral_range()[0]
+    if low - 1 <= 20000:  # an unusual range: fall back to the kernel's choice
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    rng = random.SystemRandom()
+    while True:
+        port = rng.randrange(20000, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
 
 
 def tansu_binary() -> str:
@@ -78,7 +114,7 @@ def s3_env(endpoint: str) -> dict[str, str]:
             "AWS_ENDPOINT": endpoint, "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
 
 
-def create_buckets(endpoint: str, buckets, timeout: float = 30.0) -> None:
+def create_buckets(endpoint: str, buckets, timeout: float = 30.0, alive=lambda: True) -> None:
     """Create ``buckets`` on the S3 server at ``endpoint`` (retrying while it finishes starting)."""
     import pyarrow.fs as pafs
 
@@ -92,7 +128,7 @@ def create_buckets(endpoint: str, buckets, timeout: float = 30.0) -> None:
                 fs.create_dir(bucket)
                 break
             except OSError as e:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or not alive():
                     raise ServiceError(f"S3 server at {endpoint} did not accept bucket {bucket!r}: {e}") from None
                 time.sleep(0.2)
 
@@ -174,26 +210,59 @@ class Service:
             raise ServiceError(f"port {self.port} on {self.host} is already taken by another program; "
                                f"stop it or choose another port for {self.name}")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
-            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True,
-                                    env={**os.environ, **self.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
-        self.pid_file.write_text(str(proc.pid))
+        # SeaweedFS binds seven inner ports one after another over a second or two; should another program take
+        # one meanwhile, it exits, and a try on fresh ports is the cure. The others fail for lasting reasons.
+        attempts = 3 if self.name == "s3" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(timeout)
+            except _ExitedAtStart as e:
+                if attempt == attempts:
+                    raise ServiceError(f"{self.name} exited at start ({e}); see {self.log_file}") from None
+                print(f"{self.name}: exited at start ({e}); trying again on fresh ports", file=sys.stderr)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> Service:
+        proc = self._spawn()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise ServiceError(f"{self.name} exited at start (code {proc.returncode}); see {self.log_file}")
+                self.pid_file.unlink(missing_ok=True)
+                raise _ExitedAtStart(f"code {proc.returncode}: {self._log_tail()}")
             if port_open(self.host, self.port):
                 if self.name == "s3":  # the gateway listens before the filer and volume are ready
                     try:
-                        create_buckets(self.url, S3_BUCKETS, timeout=max(1.0, deadline - time.monotonic()))
+                        create_buckets(self.url, S3_BUCKETS, timeout=max(1.0, deadline - time.monotonic()),
+                                       alive=lambda: proc.poll() is None)
                     except ServiceError:
+                        if proc.poll() is not None:
+                            self.pid_file.unlink(missing_ok=True)
+                            raise _ExitedAtStart(f"code {proc.returncode}: {self._log_tail()}") from None
                         self.stop()
                         raise
                 return self
             time.sleep(0.1)
         self.stop()
         raise ServiceError(f"{self.name} did not open port {self.port} within {timeout:.0f}s; see {self.log_file}")
+
+    def _spawn(self) -> subprocess.Popen:
+        with open(self.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True,
+                                    env={**os.environ, **self.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+        self.pid_file.write_text(str(proc.pid))
+        return proc
+
+    def _log_tail(self) -> str:
+        """The last error line of the log (the reason a server gave for exiting), or its last line."""
+        try:
+            lines = [ln.strip() for ln in self.log_file.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "no log"
+        errors = [ln for ln in lines if ln[:1] in "FE" or "error" in ln.lower()]
+        return (errors or lines or ["empty log"])[-1][:300]
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop ours (SIGTERM, then SIGKILL); True if something was stopped."""
