@@ -107,13 +107,26 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": len(done)})
 
     async def on_partitions_assigned(self, assigned):
-        # Paused until the loop has moved them to the group's committed offsets (see StreamApp.run): nothing is
-        # fetched from a position kafka-python kept across the rebalance.
-        self.app.consumer.pause(*assigned)
-        self.app._reread_committed = True
+        await self._read_on_from_committed(assigned)
         self.app.metrics.rebalances.labels("assigned").inc()
         self.app.metrics.assigned.set(len(assigned))
         log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
+
+    async def _read_on_from_committed(self, assigned) -> None:
+        """Seek every assigned partition to the group's committed offset before anything is fetched.
+
+        kafka-python (eager protocol) keeps the position of a partition a rebalance gives back, even where this
+        member missed a generation in which another member owned it and committed past that position; reading on
+        from there re-scores the other member's events (duplicates, even under exactly once). Everything this
+        member polled was committed by the revocation, so the committed offset is the right place to start.
+        The fetch is awaited on the IO thread (a blocking ``committed()`` cannot run here); kafka-python has
+        no public coroutine for it, hence its coordinator's.
+        """
+        consumer = self.app.consumer
+        offsets = await consumer._coordinator.fetch_committed_offsets_async(set(assigned))
+        for tp, committed in offsets.items():
+            if tp in assigned and committed is not None and committed.offset >= 0:
+                consumer.seek(tp, committed.offset)
 
 
 @dataclass
@@ -151,7 +164,6 @@ class StreamApp:
         self.checkpoint: Checkpointer | None = None
         self._pending: Pending | None = None
         self._gathered: list = []  # records of the batch being polled; a revocation finishes them too
-        self._reread_committed = False  # set by an assignment: read on from the group's committed offsets
         self._closing = False
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
@@ -200,16 +212,6 @@ class StreamApp:
                 busy = self._pending is not None or len(self.checkpoint.in_flight) > 0
                 rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms,
                                 self._gathered)
-                if self._reread_committed:
-                    # kafka-python keeps a partition's position when a rebalance gives it back, even where another
-                    # member owned and committed it in a generation this one missed: that position can be behind
-                    # the group's committed offset (a re-read of the other member's events, duplicates even under
-                    # exactly once). Everything polled before the revocation is committed, so the assigned
-                    # partitions (paused by the listener) start again from the committed offsets.
-                    self._reread_committed = False
-                    rb = RecordBatch.from_records([])
-                    self.checkpoint.rewind()
-                    self.consumer.resume(*self.consumer.assignment())
                 if self.consumer.assignment():
                     self.ready.set()
                 # The model is taken after the poll, so records that arrive after a swap meet the new version;

@@ -130,19 +130,6 @@ class Checkpointer:
         self.committed_batches = 0
         self.failed_commits = 0
 
-    def rewind(self) -> None:
-        """Every assigned partition back to the group's committed offset: after an abort (the aborted batch and
-        anything polled after it are read again) and after a rebalance (see ``StreamApp``: the position
-        kafka-python keeps for a partition it gets back may be behind what another member committed)."""
-        for tp in self.consumer.assignment():
-            committed = self.consumer.committed(tp)
-            if committed is not None:
-                self.consumer.seek(tp, committed)
-            elif self.consumer.config["auto_offset_reset"] == "latest":
-                self.consumer.seek_to_end(tp)
-            else:
-                self.consumer.seek_to_beginning(tp)
-
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> Future:
         """Hand one message to the producer; returns its future (resolved by the broker's ack).
 
@@ -361,6 +348,18 @@ class TransactionalCheckpointer(Checkpointer):
 
     async def drain_async(self) -> list[ScoredBatch]:
         return self.retire()
+
+    def rewind(self) -> None:
+        """After an abort: every assigned partition back to its committed offset (the aborted batch and
+        anything polled after it are read again)."""
+        for tp in self.consumer.assignment():
+            committed = self.consumer.committed(tp)
+            if committed is not None:
+                self.consumer.seek(tp, committed)
+            elif self.consumer.config["auto_offset_reset"] == "latest":
+                self.consumer.seek_to_end(tp)
+            else:
+                self.consumer.seek_to_beginning(tp)
 
     def _begin(self) -> None:
         if not self._open:
