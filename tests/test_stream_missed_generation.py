@@ -17,7 +17,15 @@ import pytest
 from conftest import make_blobs
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
-from stream_support import Collect, StreamerThread, create_topics, event, make_settings, produce, wait_for
+from stream_support import (
+    Collect,
+    StreamerThread,
+    create_topics,
+    event,
+    make_settings,
+    produce,
+    wait_for,
+)
 
 from offline_train.detector import KDSM
 from streamer.pipeline import app as app_module
