@@ -216,4 +216,4 @@ def test_every_option_has_help_with_its_default_and_no_description_is_cut_off():
     r = kdsm_proc("thresholds", "set", "--help")
     assert "{warning,critical,...}" in r.stdout
     r = kdsm_proc("bench", "stream", "--help")
-    assert "(target >= 0.7)." in " ".join(r.stdout.split())
+    assert "(target >= 0.9)." in " ".join(r.stdout.split())
