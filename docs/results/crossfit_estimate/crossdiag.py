@@ -73,7 +73,8 @@ def merge():
               + ", ".join(f"k{k:g} {np.mean([r[f'k{k:g}'] for r in sel]):.3f}" for k in KS))
     un = [r for r in rows if r["setting"] == "unsup"]
     t = np.array([r["true"] for r in un])
-    print("correlation with the true share (unsup): iso %.2f, " % np.corrcoef(t, [iso[(r['ds'], 'unsup')] for r in un])[0, 1]
+    iso_corr = np.corrcoef(t, [iso[(r["ds"], "unsup")] for r in un])[0, 1]
+    print(f"correlation with the true share (unsup): iso {iso_corr:.2f}, "
           + ", ".join(f"k{k:g} {np.corrcoef(t, [r[f'k{k:g}'] for r in un])[0, 1]:.2f}" for k in KS))
     # Does the estimate tell a contaminated training set from the clean one of the same dataset?
     semi = {r["ds"]: r for r in rows if r["setting"] == "semi"}
