@@ -18,38 +18,30 @@ import pytest
 from streamer.dev import local_services
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap(tmp_path_factory) -> str:
-    if os.environ.get("KDSM_TEST_KAFKA"):  # started by deploy/local/run-tests.sh (CI)
-        yield os.environ["KDSM_TEST_KAFKA"]
+def _service(name: str, env: str, tmp_path_factory, timeout: float = 20.0):
+    """The URL of the service CI started (``env``, set by deploy/local/run-tests.sh), else one of our own."""
+    if os.environ.get(env):
+        yield os.environ[env]
         return
-    svc = local_services.Service("kafka", local_services.free_port(), tmp_path_factory.mktemp("kafka"))
-    svc.start()
+    svc = local_services.Service(name, local_services.free_port(), tmp_path_factory.mktemp(name)).start(timeout)
     yield svc.url
     svc.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory) -> str:
+    yield from _service("kafka", "KDSM_TEST_KAFKA", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory) -> str:
-    if os.environ.get("KDSM_TEST_REDIS"):
-        yield os.environ["KDSM_TEST_REDIS"]
-        return
-    svc = local_services.Service("redis", local_services.free_port(), tmp_path_factory.mktemp("redis"))
-    svc.start()
-    yield svc.url
-    svc.stop()
+    yield from _service("redis", "KDSM_TEST_REDIS", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory) -> str:
     """http://host:port of a SeaweedFS S3 server with the dev credentials and the buckets of ``local_services``."""
-    if os.environ.get("KDSM_TEST_S3"):
-        yield os.environ["KDSM_TEST_S3"]
-        return
-    svc = local_services.Service("s3", local_services.free_port(), tmp_path_factory.mktemp("s3"))
-    svc.start(timeout=60)
-    yield svc.url
-    svc.stop()
+    yield from _service("s3", "KDSM_TEST_S3", tmp_path_factory, timeout=60)
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
+import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -29,6 +31,13 @@ def make_settings(kafka_bootstrap: str, redis_url: str, unique: str, model: str 
     for k, v in stream.items():
         setattr(s.stream, k, v)
     return s
+
+
+def write_stream_config(s: Settings, path: Path, **sections) -> str:
+    """A ``kdsm stream --config`` file for ``s`` (kafka, redis, stream; metrics on a free port) plus ``sections``."""
+    path.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
+                                    "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0}, **sections}))
+    return str(path)
 
 
 def produce_paced(s: Settings, values: list, per_flush: int, pause_s: float = 0.1) -> None:

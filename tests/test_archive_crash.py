@@ -15,9 +15,8 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from conftest import make_blobs
-from stream_support import create_topics, event, make_settings, produce_paced
+from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
 
 from offline_train.detector import KDSM
 from streamer.lifecycle.archive import SPOOL, archive_schema, closed_files, read_spool
@@ -46,10 +45,8 @@ def test_sigkill_restart_recovers_the_spool(tmp_path, kafka_bootstrap, redis_url
     create_topics(s)
     root = tmp_path / "archive"
     cfg = tmp_path / "stream.yaml"
-    cfg.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
-                                   "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0},
-                                   "archive": {"dir": str(root), "max_file_seconds": 3600, "fsync": True},
-                                   "drift": {"enabled": False}}))
+    write_stream_config(s, cfg, archive={"dir": str(root), "max_file_seconds": 3600, "fsync": True},
+                        drift={"enabled": False})
     X = make_blobs(n=2400, seed=0)[0][1200:]
     values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
 

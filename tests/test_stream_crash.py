@@ -15,10 +15,9 @@ import time
 from collections import Counter
 
 import pytest
-import yaml
 from conftest import make_blobs
 from kafka import KafkaConsumer, TopicPartition
-from stream_support import create_topics, event, make_settings, produce_paced
+from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
 
 from offline_train.detector import KDSM
 from streamer.lifecycle.control import connect
@@ -63,8 +62,7 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
     # Every valid event alerts (warning threshold 0), so "no event without its output" is checkable per id.
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
     cfg = tmp_path / "stream.yaml"
-    cfg.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
-                                   "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0}}))
+    write_stream_config(s, cfg)
     X = make_blobs(n=2400, seed=0)[0][1200:]
     values = [event(f"e{i}", x, model.feature_names_) if i % 50 else b"not json" for i, x in enumerate(X)]
     n_bad = sum(1 for v in values if v == b"not json")

@@ -21,11 +21,10 @@ import time
 from collections import Counter
 
 import pytest
-import yaml
 from conftest import make_blobs
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.future import Future
-from stream_support import create_topics, event, make_settings, produce_paced
+from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
 from test_stream_crash import TopicReader, _start, _wait_log
 from txn_reader import read_committed
 
@@ -56,10 +55,7 @@ def _setup(tmp_path, kafka_bootstrap, redis_url, unique, model_dir, partitions=1
 def _config(tmp_path, s, transactional_id: str, name: str = "stream.yaml"):
     s = s.model_copy(deep=True)
     s.kafka.transactional_id = transactional_id
-    cfg = tmp_path / name
-    cfg.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
-                                   "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0}}))
-    return str(cfg)
+    return write_stream_config(s, tmp_path / name)
 
 
 def _exactly_once(view, key) -> tuple[Counter, int]:

@@ -16,10 +16,9 @@ import time
 from collections import Counter
 
 import pytest
-import yaml
 from conftest import make_blobs
 from kafka import KafkaConsumer, TopicPartition
-from stream_support import create_topics, event, make_settings, produce_paced
+from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
 from test_stream_crash import TopicReader, _start, _wait_log
 
 from offline_train.detector import KDSM
@@ -55,8 +54,7 @@ def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, r
     create_topics(s, partitions=PARTITIONS)
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
     cfg = tmp_path / "stream.yaml"
-    cfg.write_text(yaml.safe_dump({"kafka": s.kafka.model_dump(mode="json"), "redis": s.redis.model_dump(mode="json"),
-                                   "stream": s.stream.model_dump(mode="json"), "metrics": {"port": 0}}))
+    write_stream_config(s, cfg)
     X = make_blobs(n=N_EVENTS, seed=0)[0]
     values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
     alerts = AlertReader(kafka_bootstrap, s.kafka.alerts_topic, PARTITIONS)

@@ -212,23 +212,23 @@ class Service:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         # SeaweedFS binds seven inner ports one after another over a second or two; should another program take
         # one meanwhile, it exits, and a try on fresh ports is the cure. The others fail for lasting reasons.
-        attempts = 3 if self.name == "s3" else 1
-        for attempt in range(1, attempts + 1):
+        retries = 2 if self.name == "s3" else 0
+        for _ in range(retries):
             try:
                 return self._start_once(timeout)
             except _ExitedAtStart as e:
-                if attempt == attempts:
-                    raise ServiceError(f"{self.name} exited at start ({e}); see {self.log_file}") from None
                 print(f"{self.name}: exited at start ({e}); trying again on fresh ports", file=sys.stderr)
-        raise AssertionError("unreachable")
+        try:
+            return self._start_once(timeout)
+        except _ExitedAtStart as e:
+            raise ServiceError(f"{self.name} exited at start ({e}); see {self.log_file}") from None
 
     def _start_once(self, timeout: float) -> Service:
         proc = self._spawn()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                self.pid_file.unlink(missing_ok=True)
-                raise _ExitedAtStart(f"code {proc.returncode}: {self._log_tail()}")
+                raise self._exited(proc)
             if port_open(self.host, self.port):
                 if self.name == "s3":  # the gateway listens before the filer and volume are ready
                     try:
@@ -236,14 +236,17 @@ class Service:
                                        alive=lambda: proc.poll() is None)
                     except ServiceError:
                         if proc.poll() is not None:
-                            self.pid_file.unlink(missing_ok=True)
-                            raise _ExitedAtStart(f"code {proc.returncode}: {self._log_tail()}") from None
+                            raise self._exited(proc) from None
                         self.stop()
                         raise
                 return self
             time.sleep(0.1)
         self.stop()
         raise ServiceError(f"{self.name} did not open port {self.port} within {timeout:.0f}s; see {self.log_file}")
+
+    def _exited(self, proc: subprocess.Popen) -> _ExitedAtStart:
+        self.pid_file.unlink(missing_ok=True)
+        return _ExitedAtStart(f"code {proc.returncode}: {self._log_tail()}")
 
     def _spawn(self) -> subprocess.Popen:
         with open(self.log_file, "ab") as log:  # the child keeps its own copy of the descriptor
