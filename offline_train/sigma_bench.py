@@ -11,7 +11,6 @@ same scaler and kappas bit for bit, prints the figures and writes them to JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -24,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .argtypes import positive_int
 from .engine import PARTITION_ROWS
 
 KINDS = ("normal", "laplace", "lognormal", "poisson", "binary", "uniform", "student_t3", "spike")
@@ -178,23 +178,13 @@ def run(sizes=(1_000_000, 10_000_000), features: int = 16, workers: int = 2, bat
 
 
 
-def _positive(text: str) -> int:
-    """argparse type: an integer above zero (a row, column or worker count)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
-
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("sigmas", help="rows/s and peak RSS of the statistics passes: local engine vs Dask workers")
-    p.add_argument("--rows", type=_positive, nargs="+", default=[1_000_000, 10_000_000], help="row counts to generate and measure")
-    p.add_argument("--features", type=_positive, default=16, help="feature columns")
-    p.add_argument("--workers", type=_positive, default=2, help="Dask worker processes of the local cluster")
-    p.add_argument("--batch-rows", type=_positive, default=65536, help="Parquet record-batch size")
-    p.add_argument("--partition-rows", type=_positive, default=PARTITION_ROWS, help="rows per Dask task at least (whole row groups)")
+    p.add_argument("--rows", type=positive_int, nargs="+", default=[1_000_000, 10_000_000], help="row counts to generate and measure")
+    p.add_argument("--features", type=positive_int, default=16, help="feature columns")
+    p.add_argument("--workers", type=positive_int, default=2, help="Dask worker processes of the local cluster")
+    p.add_argument("--batch-rows", type=positive_int, default=65536, help="Parquet record-batch size")
+    p.add_argument("--partition-rows", type=positive_int, default=PARTITION_ROWS, help="rows per Dask task at least (whole row groups)")
     p.add_argument("--data-dir", default="runs/bench-sigmas", help="where the generated Parquet files are kept")
     p.add_argument("--out", default="runs/bench-sigmas.json", help="JSON file the figures are written to")
     p.set_defaults(func=lambda a: run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir,

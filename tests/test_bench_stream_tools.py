@@ -1,6 +1,8 @@
-"""The stream benches' own arithmetic and outputs: the group rate of N streamers, the sweep's PNG."""
+"""The stream benches' own arithmetic and outputs (the group rate of N streamers, the sweep's PNG), and bad options."""
 
 from __future__ import annotations
+
+import pytest
 
 from streamer.dev.bench_scale import group_rate
 from streamer.dev.bench_stream import _plot_sweep
@@ -25,3 +27,13 @@ def test_sweep_plot_is_a_png(tmp_path):
     path = tmp_path / "sweep.png"
     _plot_sweep({"points": pts, "machine": {"cpu": "x", "cores": 2, "device": "cpu"}, "delivery": "at_least_once"}, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv", [["--events", "-3"], ["--max-batch", "0"], ["--rounds", "x"], ["--partitions", "0"]])
+def test_bench_stream_refuses_counts_below_one_in_one_line(argv, capsys):
+    from streamer.ops.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "stream", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err

@@ -120,3 +120,14 @@ def test_s3_server_that_keeps_exiting_is_reported_with_its_reason(tmp_path, monk
     with pytest.raises(ServiceError) as e:
         svc.start(timeout=10)
     assert "code 255: F1126 x.go:1 bad disk" in str(e.value) and str(svc.log_file) in str(e.value)
+
+
+@pytest.mark.parametrize("argv", [["start", "--s3-port", "99999"], ["stop", "--redis-port", "-5"],
+                                  ["start", "--kafka-port", "abc"]])
+def test_a_port_out_of_range_is_refused_in_one_line(argv, capsys):
+    from streamer.dev.local_services import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a TCP port (1-65535)" in err and "Traceback" not in err

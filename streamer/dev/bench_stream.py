@@ -43,6 +43,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from offline_train.argtypes import positive_int
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
 from offline_train.speed import cpu_name
@@ -507,13 +508,13 @@ def register_bench(sub, settings_cls) -> None:
                                    "e2e / min(consume, scorer) (target >= 0.9).")
     p.add_argument("--bootstrap", help="use this broker (default: start a local Tansu for the run)")
     p.add_argument("--model", help="artifact to score with (default: a 512x6 net on 6 features, briefly trained)")
-    p.add_argument("--events", type=int, default=60000, help="events pre-produced and consumed per stage")
-    p.add_argument("--max-batch", type=int, help="micro-batch size (default from config: stream.max_batch)")
-    p.add_argument("--width", type=int, default=512, help="hidden width of the model trained when --model is not given")
-    p.add_argument("--depth", type=int, default=6, help="residual blocks of that model")
-    p.add_argument("--features", type=int, default=6, help="features per event of that model")
+    p.add_argument("--events", type=positive_int, default=60000, help="events pre-produced and consumed per stage")
+    p.add_argument("--max-batch", type=positive_int, help="micro-batch size (default from config: stream.max_batch)")
+    p.add_argument("--width", type=positive_int, default=512, help="hidden width of the model trained when --model is not given")
+    p.add_argument("--depth", type=positive_int, default=6, help="residual blocks of that model")
+    p.add_argument("--features", type=positive_int, default=6, help="features per event of that model")
     p.add_argument("--device", default="auto", help="scoring device: auto, cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, help="torch CPU threads for scoring, in every stage (default: stream.threads, else torch's)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads for scoring, in every stage (default: stream.threads, else torch's)")
     p.add_argument("--config", help="YAML config file (kafka security, stream settings)")
     p.add_argument("--scorer", choices=("model", "none"), default="model",
                    help="model: score with the K-DSM network; none: scoring excluded (ConstantScorer: the same loop, "
@@ -524,14 +525,14 @@ def register_bench(sub, settings_cls) -> None:
                         "transaction per batch, latency to commit = to visible for read_committed subscribers; both: "
                         "the two in alternation, --rounds times, on one broker and topic (the price of exactly once; "
                         "default out runs/bench-stream-delivery.json)")
-    p.add_argument("--rounds", type=int, default=3, help="with --delivery both: A/B rounds")
+    p.add_argument("--rounds", type=positive_int, default=3, help="with --delivery both: A/B rounds")
     p.add_argument("--sweep", action="store_true",
                    help=f"throughput and p99 latency against max_batch x max_wait_ms ({list(SWEEP_BATCHES)} x "
                         f"{list(SWEEP_WAITS_MS)} ms); JSON and a PNG next to --out (default runs/bench-stream-sweep.json)")
     p.add_argument("--processes", help="comma-separated N (e.g. 1,2,4): N streamer processes in one consumer group "
                                        "sharing the device, read one topic of --partitions partitions; the group's "
                                        "events/s per N (default out runs/bench-stream-scale.json)")
-    p.add_argument("--partitions", type=int, default=4, help="with --processes: partitions of the events topic")
+    p.add_argument("--partitions", type=positive_int, default=4, help="with --processes: partitions of the events topic")
     p.add_argument("--out", help="JSON file the figures are written to (default runs/bench-stream.json, "
                                  "runs/bench-stream-sweep.json with --sweep)")
     p.set_defaults(func=lambda a: _main(a, settings_cls))

@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from offline_train.argtypes import port
+
 DEFAULT_STATE_DIR = Path(os.environ.get("KDSM_LOCAL_STATE", Path.home() / ".kdsm" / "local"))
 S3_ACCESS_KEY = "kdsm"  # dev-only credentials of the local SeaweedFS (loopback only)
 S3_SECRET_KEY = "kdsm-dev-secret"
@@ -308,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m streamer.dev.local_services",
                                 description="Start/stop the local Tansu broker, Redis and SeaweedFS (S3) on loopback.")
     p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--kafka-port", type=int, default=19092)
-    p.add_argument("--redis-port", type=int, default=16379)
-    p.add_argument("--s3-port", type=int, default=18333)
+    p.add_argument("--kafka-port", type=port, default=19092)
+    p.add_argument("--redis-port", type=port, default=16379)
+    p.add_argument("--s3-port", type=port, default=18333)
     p.add_argument("--only", choices=["kafka", "redis", "s3"])
     p.add_argument("--durable", action="store_true",
                    help="the broker keeps its log in the local S3 server (survives a kill and restart) instead of memory")

@@ -1,0 +1,40 @@
+"""argparse types for the commands' numeric options: a bad value is one usage line and exit 2, not a traceback.
+
+>>> positive_int("3"), port("8080")
+(3, 8080)
+>>> positive_int("0")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a positive integer, got 0
+>>> port("99999")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a TCP port (1-65535), got 99999
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer above zero (a count: rows, events, workers, rounds)."""
+    n = _int(text, "a positive integer")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def port(text: str) -> int:
+    """A TCP port number."""
+    n = _int(text, "a TCP port (1-65535)")
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port (1-65535), got {n}")
+    return n
