@@ -132,6 +132,7 @@ class RefineConfig(Section):
     keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
     max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
     threshold: float = Field(0.5, gt=0, lt=1, description="auto: rows whose isolation score 2^(-E[h]/c(n)) exceeds this count as contamination (0.5: Liu et al. 2008)")
+    rank: Literal["network", "blend"] = Field("network", description="what each round ranks the rows by: the network's score, or its blend with the warm start's isolation forest (offline_train.blend)")
 
     @field_validator("keep")
     @classmethod
@@ -139,6 +140,12 @@ class RefineConfig(Section):
         if v != "auto" and not 0 < v <= 1:
             raise ValueError("keep must be a share in (0, 1] or 'auto'")
         return v
+
+
+class ScoreConfig(Section):
+    """What a row's anomaly score is (``offline_train.blend``)."""
+
+    isolation_forest: bool = Field(True, description="blend the network's score with an isolation forest's, fitted on the same training rows (the geometric mean on the network's scale; explanations from the network); false = the network's score alone (the published method)")
 
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {
@@ -292,6 +299,7 @@ class TrainSettings(KDSMSettings):
     model: ModelConfig = ModelConfig()
     ema: EMAConfig = EMAConfig()
     refine: RefineConfig = RefineConfig()
+    score: ScoreConfig = ScoreConfig()
     train: OptimConfig = OptimConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     storage: StorageConfig = StorageConfig()

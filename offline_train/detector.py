@@ -27,6 +27,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
+from .blend import Blend
 from .calibrate import Calibration, severity_of
 from .config import (
     CalibrationConfig,
@@ -34,12 +35,14 @@ from .config import (
     ModelConfig,
     OptimConfig,
     RefineConfig,
+    ScoreConfig,
     SigmaConfig,
     TrainSettings,
 )
 from .data import DataError, ParquetSource, bounded_sample
 from .engine import LocalEngine
 from .features import FittedFeatures
+from .isolation import IsolationScorer, fit_forest
 from .model import ScoreNet, resolve_device
 from .refine import Refinement
 from .scaler import ColumnMoments, Scaler
@@ -64,6 +67,16 @@ class Explanation:
     value: np.ndarray
     expected: np.ndarray  # Tweedie: x + sigma * f(x), mapped back to original units
     items: list | None = None  # with a feature spec: per row, the top features in the user's terms (dicts)
+
+
+@dataclass
+class ScoreParts:
+    """One scoring pass over rows: the score and what it is made of."""
+
+    scores: np.ndarray  # the anomaly score (the blend, or the network's score alone)
+    outputs: np.ndarray  # f(x), the network's raw outputs (n, d): the explanations' source
+    network: np.ndarray  # ||f(x)||, the network's score
+    forest: np.ndarray | None  # the isolation forest's score s in (0, 1], where the blend is on
 
 
 def _or_default(section, cls):
@@ -101,11 +114,13 @@ class KDSM(BaseEstimator):
     def __init__(self, sigma: SigmaConfig | None = None, model: ModelConfig | None = None,
                  ema: EMAConfig | None = None, train: OptimConfig | None = None,
                  calibration: CalibrationConfig | None = None, scale_discrete: bool = False,
-                 max_train_rows: int = 200_000, refine: RefineConfig | None = None):
+                 max_train_rows: int = 200_000, refine: RefineConfig | None = None,
+                 score: ScoreConfig | None = None):
         self.sigma = sigma
         self.model = model
         self.ema = ema
         self.refine = refine
+        self.score = score
         self.train = train
         self.calibration = calibration
         self.scale_discrete = scale_discrete
@@ -114,13 +129,14 @@ class KDSM(BaseEstimator):
     @classmethod
     def from_settings(cls, s: TrainSettings) -> KDSM:
         return cls(s.sigma, s.model, s.ema, s.train, s.calibration, s.data.scale_discrete, s.data.max_train_rows,
-                   s.refine)
+                   s.refine, s.score)
 
     # The resolved config sections: the parameter, or the default ``kdsm train`` uses.
     sigma_config = property(lambda self: _or_default(self.sigma, SigmaConfig))
     model_config = property(lambda self: _or_default(self.model, ModelConfig))
     ema_config = property(lambda self: _or_default(self.ema, EMAConfig))
     refine_config = property(lambda self: _or_default(self.refine, RefineConfig))
+    score_config = property(lambda self: _or_default(self.score, ScoreConfig))
     train_config = property(lambda self: _or_default(self.train, OptimConfig))
     calibration_config = property(lambda self: _or_default(self.calibration, CalibrationConfig))
 
@@ -251,6 +267,13 @@ class KDSM(BaseEstimator):
         if refine is not None:
             self.train_summary_.refine = refine.summary()
         self.net_.eval()
+        self.forest_, self.blend_ = None, None
+        if self.score_config.isolation_forest:
+            # The warm start's forest where there is one: fitted on these rows with this seed either way.
+            forest = refine.warm_.forest_ if refine is not None else fit_forest(Z, t.seed)
+            self.forest_ = IsolationScorer.from_forest(forest).to(self.device_)
+            parts = self.score_parts(train_X)
+            self.blend_ = Blend.fit(parts.network, parts.forest)
         phase("calibrating: thresholds from held-out scores")
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
@@ -276,8 +299,8 @@ class KDSM(BaseEstimator):
         return spec.spec_hash() if spec is not None else schema_hash(self.feature_names_)
 
     @torch.no_grad()
-    def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
-        """Scores and the raw network outputs f(x) for raw rows ``X``, in eval mode (batch-invariant)."""
+    def score_parts(self, X: np.ndarray, chunk: int = 65536) -> ScoreParts:
+        """Scores of raw rows ``X`` with their parts, in eval mode (batch-invariant): one pass of each part."""
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}. Reshape your data "
@@ -287,15 +310,28 @@ class KDSM(BaseEstimator):
         if not np.isfinite(X).all():  # the streamer dead-letters such rows before they get here
             raise ValueError("X contains NaN or infinite values")
         Z = self.standardise(X).astype(np.float32)
-        outs = []
+        forest = getattr(self, "forest_", None)
+        outs, isolation = [], []
         cuda = self.device_.type == "cuda"
         for i in range(0, len(Z), chunk):
             t = torch.from_numpy(Z[i:i + chunk])
             if cuda:
                 t = t.pin_memory().to(self.device_, non_blocking=True)
             outs.append(self.net_(t).float().cpu().numpy())
+            if forest is not None:
+                isolation.append(forest(t).cpu().numpy())
         F = np.concatenate(outs) if outs else np.zeros((0, self.n_features_in_), np.float32)
-        return np.linalg.norm(F.astype(np.float64), axis=1), F
+        network = np.linalg.norm(F.astype(np.float64), axis=1)
+        if forest is None:
+            return ScoreParts(network, F, network, None)
+        s = np.concatenate(isolation) if isolation else np.zeros(0)
+        blend = getattr(self, "blend_", None)
+        return ScoreParts(blend(network, s) if blend is not None else network, F, network, s)
+
+    def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and the network's raw outputs f(x) for raw rows ``X`` (``score_parts``, without the parts)."""
+        p = self.score_parts(X, chunk)
+        return p.scores, p.outputs
 
     def standardise(self, X: np.ndarray) -> np.ndarray:
         """Scaled rows, clipped to +-``Z_BOUND`` (what the network sees; finite for every finite input)."""
@@ -303,7 +339,8 @@ class KDSM(BaseEstimator):
             return np.clip(self.scaler_.transform(X), -Z_BOUND, Z_BOUND)
 
     def decision_function(self, X: np.ndarray) -> np.ndarray:
-        """Anomaly score: L2 norm of f(x) on the standardised row. Higher = more anomalous."""
+        """Anomaly score: the blend of ``||f(x)||`` and the isolation forest's score (``offline_train.blend``),
+        or ``||f(x)||`` alone with ``score.isolation_forest`` off. Higher = more anomalous."""
         return self.score_outputs(X)[0]
 
     def predict(self, X: np.ndarray, severity: str | None = None) -> np.ndarray:
@@ -354,6 +391,9 @@ class KDSM(BaseEstimator):
         """Write the artifact directory (see ``offline_train.artifact``)."""
         tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
         tensors["calibration_scores"] = torch.as_tensor(self.calibration_.scores, dtype=torch.float64)
+        forest = getattr(self, "forest_", None)
+        if forest is not None:
+            tensors.update({f"forest.{k}": v for k, v in forest.state_dict().items()})
         meta = {
             "version": self.version_,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -366,6 +406,8 @@ class KDSM(BaseEstimator):
             "model_config": {"d": self.n_features_in_, **self.model_.model_dump()},
             "ema_config": self.ema_config.model_dump(),
             "refine_config": self.refine_config.model_dump(),
+            "score_config": self.score_config.model_dump(),
+            **({"forest": forest.shape, "blend": self.blend_.to_dict()} if forest is not None else {}),
             "train_config": self.train_config.model_dump(),
             "thresholds": self.thresholds_,
             "quantiles": self.calibration_.quantiles,
@@ -387,7 +429,8 @@ class KDSM(BaseEstimator):
             d = int(mc.pop("d"))
             det = cls(sigma=SigmaConfig(**meta["sigma_config"]), model=ModelConfig(**mc),
                       ema=EMAConfig(**meta["ema_config"]),
-                      refine=RefineConfig(**meta.get("refine_config", {"enabled": False})), train=OptimConfig(**{**meta["train_config"], "device": device}),
+                      refine=RefineConfig(**meta.get("refine_config", {"enabled": False})),
+                      score=ScoreConfig(**meta.get("score_config", {"isolation_forest": False})), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
             det.feature_names_ = list(meta["features"])
             det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None
@@ -404,6 +447,11 @@ class KDSM(BaseEstimator):
             det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
             det.device_ = resolve_device(device)
             det.net_.to(det.device_).eval()
+            det.forest_, det.blend_ = None, None
+            if det.score_config.isolation_forest:  # artifacts from before the blend have neither
+                det.forest_ = IsolationScorer.from_state(
+                    {k[7:]: v for k, v in tensors.items() if k.startswith("forest.")}, meta["forest"]).to(det.device_)
+                det.blend_ = Blend.from_dict(meta["blend"])
             det.calibration_ = Calibration(tensors["calibration_scores"].numpy(), dict(meta["quantiles"]),
                                            {k: float(v) for k, v in meta["thresholds"].items()})
             det.calibration_source_ = meta["calibration"]["source"]

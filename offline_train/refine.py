@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.ensemble import IsolationForest
+
+from .blend import Blend
+from .isolation import fit_forest
 
 
 class WarmStart:
@@ -52,7 +54,7 @@ class WarmStart:
     """
 
     def __init__(self, Z: np.ndarray, seed: int, threshold: float = 0.5):
-        iso = IsolationForest(random_state=seed, n_jobs=1).fit(Z)
+        self.forest_ = iso = fit_forest(Z, seed)  # the default's score blends it in (offline_train.blend)
         self.scores_ = -iso.score_samples(Z)  # s in (0, 1]; higher = isolated sooner
         self.contamination_ = float(np.mean(self.scores_ > threshold))
 
@@ -103,6 +105,9 @@ class Refinement:
 
     def __call__(self, net: torch.nn.Module) -> np.ndarray:
         """A round: score every row with ``net`` (eval mode) and return the ``keep_`` share that look most normal."""
-        rows = lowest(row_scores(net, self._Zt), self.keep_)
+        scores = row_scores(net, self._Zt)
+        if self.config.rank == "blend":
+            scores = Blend.fit(scores, self.warm_.scores_)(scores, self.warm_.scores_)
+        rows = lowest(scores, self.keep_)
         self.rounds_.append({"kept": round(len(rows) / len(self._Zt), 4)})
         return rows

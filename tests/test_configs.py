@@ -88,6 +88,7 @@ def test_paper_profile_is_the_published_setting():
     assert s.train.profile == "paper" and s.train.budget(1000) == 500 * 8  # 500 epochs of 8 batches of 128
     assert s.sigma.clip_range == (0.1, 2.0)
     assert s.ema.enabled and (s.ema.decay, s.ema.percentile) == (0.999, 80.0)
+    assert not s.refine.enabled and not s.score.isolation_forest  # trains on every row, scores ||f(x)|| alone
     assert (s.train.lr, s.train.weight_decay, s.train.batch_size, s.train.noise_copies) == (5e-4, 5e-5, 128, 3)
 
 

@@ -81,3 +81,20 @@ def test_a_higher_isolation_cut_estimates_less_contamination():
     assert estimates == sorted(estimates, reverse=True) and estimates[0] > estimates[-1]
     r = Refinement(RefineConfig(threshold=0.6), X, steps=400, seed=0)
     assert r.keep_ == pytest.approx(1 - r.warm_.contamination_) and r.warm_.contamination_ == estimates[-1]
+
+
+def test_rounds_ranked_by_the_blend_let_the_forest_overrule_a_poor_network():
+    """``rank: blend``: a round ranks rows by the blend of the network's score and the warm start's forest."""
+    from offline_train.blend import Blend
+    from offline_train.model import ScoreNet
+    from offline_train.refine import lowest, row_scores
+
+    X, planted = contaminated(0.10)
+    net = ScoreNet(X.shape[1], 64, 2).eval()  # untrained: its ranking of the rows is close to arbitrary
+    by_network = Refinement(RefineConfig(rank="network"), X, steps=400, seed=0)
+    by_blend = Refinement(RefineConfig(rank="blend"), X, steps=400, seed=0)
+    kept_network, kept_blend = by_network(net), by_blend(net)
+    assert planted[kept_blend].mean() < 0.5 * planted[kept_network].mean()
+    s = row_scores(net, by_blend._Zt)
+    expected = lowest(Blend.fit(s, by_blend.warm_.scores_)(s, by_blend.warm_.scores_), by_blend.keep_)
+    np.testing.assert_array_equal(kept_blend, expected)

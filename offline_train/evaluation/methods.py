@@ -5,7 +5,8 @@ training path). ``default`` is exactly what ``kdsm train`` ships
 (``KDSM.from_settings`` of the settings, refinement included); the published
 methods keep their names: ``kdsm`` = kurtosis sigmas, ``dsm`` = one global
 sigma, ``-ema`` adds the EMA-teacher filter, all without the refinement of
-``offline_train.refine``. Calibration is in-sample (holdout 0):
+``offline_train.refine`` and scored by the network alone (no blend with the
+isolation forest, ``offline_train.blend``). Calibration is in-sample (holdout 0):
 every training row trains, and the metrics are threshold-free anyway.
 
 Baselines are PyOD with its defaults except the protocol's choices: KNN with
@@ -77,7 +78,8 @@ def make_kdsm(name: str, settings, seed: int) -> KDSM:
     mode, ema = PAPER_METHODS[name]
     return det.set_params(sigma=settings.sigma.model_copy(update={"mode": mode}),
                           ema=settings.ema.model_copy(update={"enabled": ema}),
-                          refine=settings.refine.model_copy(update={"enabled": False}))
+                          refine=settings.refine.model_copy(update={"enabled": False}),
+                          score=settings.score.model_copy(update={"isolation_forest": False}))
 
 
 def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler, settings, seed: int) -> FitResult:

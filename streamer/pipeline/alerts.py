@@ -53,6 +53,8 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
                "score": float(res.scores[row]), "p_value": float(res.p_values[j]), "severity": sev,
                "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,
                "source": {"topic": topic, "partition": part, "offset": off}, "top_features": top}
+        if res.parts is not None:  # the blended score's parts; top_features explain the network's
+            msg["score_parts"] = {"network": float(res.parts["network"][j]), "isolation": float(res.parts["isolation"][j])}
         out.append((aid.encode(), json.dumps(msg, separators=(",", ":")).encode()))
     return out
 

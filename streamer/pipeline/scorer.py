@@ -1,9 +1,10 @@
-"""The scorer: one forward pass per micro-batch through ``KDSM.score_outputs``.
+"""The scorer: one scoring pass per micro-batch through ``KDSM.score_parts``.
 
-Scoring runs in fp32, eval mode, no gradients (``KDSM.score_outputs``), with
+Scoring runs in fp32, eval mode, no gradients (``KDSM.score_parts``), with
 pinned memory and non-blocking copies on CUDA; a row's score does not depend
 on its batch. ``Scorer`` adds the per-batch pieces the stream needs: severity
-against the live thresholds, p-values, and explanations only for alert rows.
+against the live thresholds, p-values, and explanations and the score's parts
+(the network's score, the isolation forest's) only for alert rows.
 
 >>> import numpy as np
 >>> from offline_train.config import ModelConfig, OptimConfig
@@ -37,6 +38,7 @@ class ScoreResult:
     alert_rows: np.ndarray  # indices of rows at or above the lowest threshold
     p_values: np.ndarray  # for alert rows only
     explanation: Explanation | None  # for alert rows only
+    parts: dict[str, np.ndarray] | None = None  # for alert rows only: the blended score's parts (network, isolation)
 
 
 class Scorer:
@@ -47,7 +49,8 @@ class Scorer:
 
     def score(self, model: KDSM, X: np.ndarray, thresholds: dict[str, float], records: list | None = None) -> ScoreResult:
         """``records``: the rows' JSON objects, for explanations in the user's terms (feature-spec models)."""
-        scores, F = model.score_outputs(X)
+        p = model.score_parts(X)
+        scores, F = p.scores, p.outputs
         severities = model.severity(scores, thresholds)
         alert_rows = np.flatnonzero(severities != "")
         expl = None
@@ -57,7 +60,10 @@ class Scorer:
             expl = model.explain(X[alert_rows], top_k=self.top_features, outputs=F[alert_rows],
                                  records=[records[i] for i in alert_rows.tolist()] if records is not None else None)
             pv = model.p_values(scores[alert_rows])
-        return ScoreResult(scores, severities, alert_rows, pv, expl)
+        parts = None
+        if p.forest is not None:
+            parts = {"network": p.network[alert_rows], "isolation": p.forest[alert_rows]}
+        return ScoreResult(scores, severities, alert_rows, pv, expl, parts)
 
 
 class ConstantScorer:

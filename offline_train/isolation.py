@@ -1,0 +1,135 @@
+"""An isolation forest as tensors: scikit-learn fits it, torch scores it, safetensors stores it.
+
+The default score blends the network's score with an isolation forest's
+(``offline_train.blend``). scikit-learn's forest would need pickle to be
+stored and runs on CPU only, so ``IsolationScorer`` copies its trees into flat
+tensors (registered buffers: they travel with ``.to(device)`` and
+``state_dict``) and walks all trees for a batch of rows at once, one gather
+per level. It gives scikit-learn's score ``s = 2 ** (-E[h(x)] / c(n))``
+(``-IsolationForest.score_samples``) to float rounding:
+
+>>> import numpy as np, torch
+>>> from sklearn.ensemble import IsolationForest
+>>> Z = np.random.default_rng(0).normal(size=(300, 4))
+>>> iso = IsolationForest(n_estimators=20, random_state=0).fit(Z)
+>>> ours = IsolationScorer.from_forest(iso)(torch.as_tensor(Z, dtype=torch.float32)).numpy()
+>>> bool(np.allclose(ours, -iso.score_samples(Z), rtol=0, atol=1e-9))
+True
+
+Why it matches exactly: scikit-learn compares float32 features with float64
+thresholds; each threshold is stored as the largest float32 not above it,
+which makes ``x <= t`` the same test for every float32 ``x``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.ensemble import IsolationForest
+from torch import nn
+
+
+def average_path_length(n: np.ndarray) -> np.ndarray:
+    """c(n): the mean depth of an unsuccessful search in a binary search tree of n keys (Liu et al. 2008).
+
+    >>> average_path_length(np.array([1, 2, 256])).round(3).tolist()
+    [0.0, 1.0, 10.245]
+    """
+    n = np.asarray(n, dtype=np.float64)
+    c = np.where(n == 2, 1.0, 0.0)
+    big = n > 2
+    c[big] = 2.0 * (np.log(n[big] - 1.0) + np.euler_gamma) - 2.0 * (n[big] - 1.0) / n[big]
+    return c
+
+
+def _floor_float32(t: np.ndarray) -> np.ndarray:
+    """The largest float32 <= t, elementwise (so that ``x32 <= t`` iff ``x32 <= result``)."""
+    t32 = t.astype(np.float32)
+    over = t32.astype(np.float64) > t
+    t32[over] = np.nextafter(t32[over], np.float32(-np.inf))
+    return t32
+
+
+def fit_forest(Z: np.ndarray, seed: int) -> IsolationForest:
+    """The forest the default fits on the standardised training rows (scikit-learn's defaults: 100 trees of 256 rows)."""
+    return IsolationForest(random_state=seed, n_jobs=1).fit(Z)
+
+
+class IsolationScorer(nn.Module):
+    """A fitted isolation forest's trees in flat tensors; ``forward(Z)`` is its score ``s`` in (0, 1].
+
+    Each tree is laid out as a complete binary tree of ``levels`` levels (heap
+    order: node ``i`` has children ``2i+1`` and ``2i+2``), so a step down is
+    arithmetic, not a lookup. A leaf above the bottom level is passed straight
+    down (threshold +inf: always left) to a bottom node that holds its path
+    length: its depth plus c(leaf size) - 1, what scikit-learn adds up.
+    """
+
+    def __init__(self, trees: int, levels: int):
+        super().__init__()
+        self.trees, self.levels = trees, levels
+        inner, bottom = 2**levels - 1, 2**levels
+        self.register_buffer("feature", torch.zeros(trees * max(inner, 1), dtype=torch.int64))
+        self.register_buffer("threshold", torch.full((trees * max(inner, 1),), float("inf"), dtype=torch.float32))
+        self.register_buffer("leaf_value", torch.zeros(trees * bottom, dtype=torch.float64))
+        self.register_buffer("scale", torch.ones((), dtype=torch.float64))  # trees * c(max_samples)
+
+    @classmethod
+    def from_forest(cls, iso: IsolationForest) -> IsolationScorer:
+        if iso.max_features != 1.0 or iso.bootstrap:
+            raise ValueError("only forests on every feature without bootstrap are exported")
+        trees = [e.tree_ for e in iso.estimators_]
+        depths = [t.compute_node_depths() - 1 for t in trees]  # the root at 0
+        levels = int(max(d.max() for d in depths))
+        inner, bottom = 2**levels - 1, 2**levels
+        feature = np.zeros((len(trees), max(inner, 1)), np.int64)
+        threshold = np.full((len(trees), max(inner, 1)), np.inf, np.float32)
+        leaf_value = np.zeros((len(trees), bottom), np.float64)
+        for k, (t, depth) in enumerate(zip(trees, depths, strict=True)):
+            length = depth + average_path_length(t.n_node_samples)  # edges from the root, + c(leaf size)
+            stack = [(0, 0)]  # (scikit-learn node, heap position)
+            while stack:
+                node, pos = stack.pop()
+                if t.children_left[node] >= 0:
+                    feature[k, pos] = t.feature[node]
+                    threshold[k, pos] = _floor_float32(np.array([t.threshold[node]]))[0]
+                    stack += [(t.children_left[node], 2 * pos + 1), (t.children_right[node], 2 * pos + 2)]
+                else:
+                    while pos < inner:  # pass the leaf down the always-left path
+                        pos = 2 * pos + 1
+                    leaf_value[k, pos - inner] = length[node]
+        scorer = cls(len(trees), levels)
+        with torch.no_grad():
+            scorer.feature.copy_(torch.from_numpy(feature.ravel()))
+            scorer.threshold.copy_(torch.from_numpy(threshold.ravel()))
+            scorer.leaf_value.copy_(torch.from_numpy(leaf_value.ravel()))
+            scorer.scale.fill_(len(trees) * float(average_path_length(np.array([iso.max_samples_]))[0]))
+        return scorer
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """What ``from_state`` needs besides the tensors (the artifact's metadata keeps it)."""
+        return {"trees": self.trees, "levels": self.levels}
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int]) -> IsolationScorer:
+        """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch."""
+        scorer = cls(int(shape["trees"]), int(shape["levels"]))
+        scorer.load_state_dict(state, strict=True)
+        return scorer
+
+    @torch.no_grad()
+    def forward(self, Z: torch.Tensor) -> torch.Tensor:
+        """Isolation scores of standardised rows ``Z`` (n, d), float64, higher = isolated sooner."""
+        Z = Z.float()
+        inner = 2**self.levels - 1
+        base = torch.arange(self.trees, device=Z.device)
+        pos = torch.zeros((len(Z), self.trees), dtype=torch.int64, device=Z.device)
+        for _ in range(self.levels):
+            at = base * inner + pos
+            goes_right = Z.gather(1, self.feature[at]) > self.threshold[at]
+            pos = 2 * pos + 1 + goes_right
+        path = self.leaf_value[base * (inner + 1) + pos - inner].sum(dim=1)
+        if self.scale.item() == 0:  # a forest of one-row trees: scikit-learn scores every row 1
+            return torch.ones(len(Z), dtype=torch.float64, device=Z.device)
+        return torch.exp2(-path / self.scale)

@@ -1,0 +1,103 @@
+"""The default score: the network's blended with an isolation forest's (offline_train.blend, offline_train.isolation)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_blobs
+from sklearn.ensemble import IsolationForest
+
+from offline_train.artifact import METADATA, read_artifact, write_artifact
+from offline_train.blend import Blend
+from offline_train.config import ModelConfig, OptimConfig, RefineConfig, ScoreConfig
+from offline_train.detector import KDSM
+from offline_train.isolation import IsolationScorer, fit_forest
+
+
+def test_exported_forest_scores_exactly_like_scikit_learn():
+    """Heavy tails, rounded columns (ties at the split values) and many features: the same scores to rounding."""
+    rng = np.random.default_rng(3)
+    Z = rng.standard_t(3, size=(3000, 21))
+    Z[:, :5] = np.round(Z[:, :5])
+    forest = fit_forest(Z, seed=7)
+    rows = np.vstack([Z, rng.normal(size=(500, 21)) * 5])  # rows the forest never saw, far ones included
+    ours = IsolationScorer.from_forest(forest)(torch.as_tensor(rows, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(ours, -forest.score_samples(rows), rtol=0, atol=1e-12)
+
+
+def test_exported_forest_round_trips_through_its_tensors():
+    Z = np.random.default_rng(0).normal(size=(400, 5))
+    a = IsolationScorer.from_forest(fit_forest(Z, seed=0))
+    b = IsolationScorer.from_state(a.state_dict(), a.shape)
+    t = torch.as_tensor(Z, dtype=torch.float32)
+    assert torch.equal(a(t), b(t))
+    with pytest.raises(RuntimeError):  # a tensor of the wrong size is refused, not silently used
+        IsolationScorer.from_state({**a.state_dict(), "leaf_value": torch.zeros(3, dtype=torch.float64)}, a.shape)
+
+
+def test_bootstrapped_or_feature_sampled_forests_are_refused():
+    Z = np.random.default_rng(0).normal(size=(100, 3))
+    with pytest.raises(ValueError, match="every feature"):
+        IsolationScorer.from_forest(IsolationForest(max_features=0.5, random_state=0).fit(Z))
+
+
+def test_default_score_is_the_blend_of_its_parts(tiny_model_dir):
+    det = KDSM.load(tiny_model_dir, device="cpu")
+    X, out = make_blobs(n=300, n_out=20, seed=5)
+    rows = np.vstack([X, out])
+    p = det.score_parts(rows)
+    np.testing.assert_allclose(p.network, np.linalg.norm(p.outputs.astype(np.float64), axis=1))
+    assert p.forest is not None and ((p.forest > 0) & (p.forest <= 1)).all()
+    np.testing.assert_allclose(p.scores, det.blend_(p.network, p.forest))
+    # Both parts, and so the blend, rank the planted far rows above the inliers.
+    for s in (p.network, p.forest, p.scores):
+        assert s[300:].min() > np.quantile(s[:300], 0.9)
+    meta = json.loads((tiny_model_dir / METADATA).read_text())
+    assert meta["score_config"] == {"isolation_forest": True} and set(meta["blend"]) == set(Blend.__dataclass_fields__)
+    tensors, _ = read_artifact(tiny_model_dir)
+    assert {k for k in tensors if k.startswith("forest.")} == {f"forest.{k}" for k in det.forest_.state_dict()}
+
+
+def test_blend_follows_each_part_and_stays_positive_and_finite():
+    b = Blend(network_mean=1.0, network_std=0.5, forest_mean=0.45, forest_std=0.05)
+    net = np.array([1.0, 1.0, 5.0, 1e6, 0.0])
+    forest = np.array([0.45, 0.60, 0.45, 1.0, 0.3])
+    s = b(net, forest)
+    assert s[1] > s[0] and s[2] > s[0] and s[3] > s[2]
+    assert np.isfinite(s).all() and (s > 0).all()
+    # Where the forest sits at its mean, the blend is the geometric mean of the network's score and exp(mean).
+    assert s[2] == pytest.approx(np.sqrt(5.0 * np.exp(1.0)))
+
+
+def test_published_method_scores_with_the_network_alone(tmp_path):
+    X, _ = make_blobs(n=400, seed=2)
+    det = KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=30, precision="fp32"),
+               refine=RefineConfig(enabled=False), score=ScoreConfig(isolation_forest=False)).fit(X)
+    p = det.score_parts(X[:50])
+    assert p.forest is None and det.forest_ is None
+    np.testing.assert_array_equal(p.scores, p.network)
+    tensors, meta = read_artifact(det.save(tmp_path / "m"))
+    assert "blend" not in meta and not any(k.startswith("forest.") for k in tensors)
+
+
+def test_blend_without_refinement_fits_its_own_forest():
+    X, out = make_blobs(n=400, seed=4)
+    det = KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=30, precision="fp32"),
+               refine=RefineConfig(enabled=False)).fit(X)
+    p = det.score_parts(out)
+    train_rows = det._holdout_split(X)[0]  # the calibration holdout shapes neither part
+    np.testing.assert_allclose(p.forest, -fit_forest(det.scaler_.transform(train_rows), seed=0).score_samples(
+        det.scaler_.transform(out)), atol=1e-12)
+
+
+def test_artifact_from_before_the_blend_loads_and_scores_with_the_network(tiny_model_dir, tmp_path):
+    """An artifact written before the blend existed (no score_config, no forest) still loads, as the network alone."""
+    tensors, meta = read_artifact(tiny_model_dir)
+    old = {k: v for k, v in tensors.items() if not k.startswith("forest.")}
+    meta = {k: v for k, v in meta.items() if k not in ("score_config", "forest", "blend", "checksum", "format")}
+    path = write_artifact(tmp_path / "old", old, meta)
+    det, new = KDSM.load(path, device="cpu"), KDSM.load(tiny_model_dir, device="cpu")
+    rows = make_blobs(n=50, seed=1)[0]
+    assert det.forest_ is None
+    np.testing.assert_allclose(det.decision_function(rows), new.score_parts(rows).network)
