@@ -89,7 +89,11 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     if ts.refine:
         log(f"refined: contamination estimate {ts.refine['contamination_estimate']:.1%} (isolation forest); "
             f"warm start on the {ts.refine['start_keep']:.0%} core, then {ts.refine['rounds']} rounds on the "
-            f"{ts.refine['keep']:.1%} of rows the network finds most normal")
+            f"{ts.refine['keep']:.1%} of rows the " + ("blend" if ts.refine.get("rank") == "blend" else "network")
+            + " finds most normal")
+    if det.blend_ is not None:
+        log("score: the blend of the network's score and an isolation forest's (score.isolation_forest; "
+            "alerts carry both parts, explanations come from the network)")
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},
                "feature_spec": [s.model_dump(exclude_defaults=True) for s in source.encoder.specs] if source.encoder else None,
                "features": det.feature_names_, "sigmas": dict(zip(det.feature_names_, det.sigmas_.round(4).tolist(), strict=True)),

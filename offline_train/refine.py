@@ -101,7 +101,7 @@ class Refinement:
 
     def summary(self) -> dict:
         return {"contamination_estimate": round(self.warm_.contamination_, 4), "keep": round(self.keep_, 4),
-                "start_keep": self.config.start_keep, "rounds": len(self.rounds_)}
+                "start_keep": self.config.start_keep, "rounds": len(self.rounds_), "rank": self.config.rank}
 
     def __call__(self, net: torch.nn.Module) -> np.ndarray:
         """A round: score every row with ``net`` (eval mode) and return the ``keep_`` share that look most normal."""
