@@ -93,6 +93,22 @@ def test_cli_end_to_end_on_real_datasets(tmp_path, monkeypatch, capsys):
     assert (out / "results.csv").read_text() == before
 
 
+def test_second_run_into_the_same_folder_is_refused_in_one_line(data_dir, tmp_path, capsys):
+    """Two processes in one --out would rewrite each other's results.csv (rows lost): the second is refused."""
+    import fcntl
+
+    out = tmp_path / "o"
+    out.mkdir()
+    with open(out / ".lock", "w") as held:  # another process's run, as the kernel sees it (flock is per open file)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code = main(["bench", "adbench", "--data-dir", str(data_dir), "--methods", "knn", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and "another kdsm bench adbench is writing to" in err and "Traceback" not in err
+        assert not (out / "results.csv").exists()
+    rows = run_bench(BenchSpec(data_dir, out, methods=("knn",)), TrainSettings(), progress=False)
+    assert {r["dataset"] for r in rows if r["status"] == "ok"} == {"1_blobs", "2_other"}  # free again once released
+
+
 def test_cli_rejects_unknown_method(tmp_path, capsys):
     assert main(["bench", "adbench", "--data-dir", str(tmp_path), "--methods", "kdsm,nope", "--out", str(tmp_path / "o")]) == 2
     assert "nope" in capsys.readouterr().err

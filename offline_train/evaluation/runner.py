@@ -13,17 +13,20 @@ becomes a ``failed`` row with the reason and the grid goes on.
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
 import re
 import traceback
 from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..config import ConfigError
 from ..data import DataError, load_npz
 from ..scaler import Scaler
 from ..sigmas import RULE_REVISION
@@ -132,9 +135,32 @@ def _fmt(v):
     return "" if v is None else v
 
 
+@contextmanager
+def sole_writer(out: Path):
+    """Hold ``out`` for this process: two bench runs in one folder would rewrite each other's results.csv.
+
+    An advisory lock on ``out/.lock``, released when the process ends, however it ends.
+    """
+    f = open(Path(out) / ".lock", "w")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another kdsm bench adbench is writing to {out}: give this run its own --out "
+                              "(kdsm bench compare reads several results.csv together)") from None
+        yield
+    finally:
+        f.close()
+
+
 def run_bench(spec: BenchSpec, settings, progress: bool = True) -> list[dict]:
     """Run every pending (dataset, seed, method) of ``spec``; returns the CSV rows of this spec."""
     Path(spec.out).mkdir(parents=True, exist_ok=True)
+    with sole_writer(spec.out):
+        return _run_pending(spec, settings, progress)
+
+
+def _run_pending(spec: BenchSpec, settings, progress: bool) -> list[dict]:
     paths = dataset_paths(spec.data_dir, spec.datasets)
     cfg = config_id(settings)
     base = {"setting": spec.setting, "split": spec.split, "profile": settings.train.profile, "config": cfg}
