@@ -145,7 +145,7 @@ class RefineConfig(Section):
 class ScoreConfig(Section):
     """What a row's anomaly score is (``offline_train.blend``)."""
 
-    isolation_forest: bool = Field(True, description="blend the network's score with an isolation forest's, fitted on the same training rows (the geometric mean on the network's scale; explanations from the network); false = the network's score alone (the published method)")
+    isolation_forest: bool = Field(True, description="blend the network's score with an isolation forest's, fitted on the same training rows (the larger of the two z-scores, on the network's scale; explanations from the network); false = the network's score alone (the published method)")
 
 
 PROFILES: dict[str, dict[str, dict[str, Any]]] = {

@@ -66,8 +66,11 @@ def test_blend_follows_each_part_and_stays_positive_and_finite():
     s = b(net, forest)
     assert s[1] > s[0] and s[2] > s[0] and s[3] > s[2]
     assert np.isfinite(s).all() and (s > 0).all()
-    # Where the forest sits at its mean, the blend is the geometric mean of the network's score and exp(mean).
-    assert s[2] == pytest.approx(np.sqrt(5.0 * np.exp(1.0)))
+    # Where the network's part is the larger, the blend is the network's score itself.
+    assert s[2] == pytest.approx(5.0)
+    # The larger part decides: a row only the network finds far out is not pulled down by the forest.
+    only_network = b(np.array([np.exp(1.0 + 0.5 * 4)]), np.array([0.40]))  # z_network 4, z_forest -1
+    assert only_network[0] == pytest.approx(np.exp(1.0 + 0.5 * 4))
 
 
 def test_published_method_scores_with_the_network_alone(tmp_path):

@@ -47,7 +47,9 @@ def _feature_text(t: dict) -> str:
 def _alert_line(a: dict, label: int | None) -> str:
     top = ", ".join(_feature_text(t) for t in a["top_features"][:3])
     truth = {1: "labelled anomaly", 0: "labelled normal"}.get(label, "")
-    return (f"ALERT {a['severity']:<8} event {a['event_id']:>6}  score {a['score']:7.2f} >= {a['threshold']:.2f}  "
+    parts = a.get("score_parts")  # the blended score's parts; the top features explain the network's
+    why = f" (network {parts['network']:.2f}, forest {parts['isolation']:.2f})" if parts else ""
+    return (f"ALERT {a['severity']:<8} event {a['event_id']:>6}  score {a['score']:7.2f} >= {a['threshold']:.2f}{why}  "
             f"p={a['p_value']:.4f}  top: {top}  [{truth}]")
 
 
