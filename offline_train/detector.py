@@ -462,5 +462,5 @@ class KDSM(BaseEstimator):
         except ArtifactError:
             raise
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise ArtifactError(f"{path}: artifact metadata and weights do not fit together: {e}") from None
+            raise ArtifactError(f"{path}: artifact metadata and weights do not fit together: {' '.join(str(e).split())}") from None
         return det

@@ -104,3 +104,14 @@ def test_artifact_from_before_the_blend_loads_and_scores_with_the_network(tiny_m
     rows = make_blobs(n=50, seed=1)[0]
     assert det.forest_ is None
     np.testing.assert_allclose(det.decision_function(rows), new.score_parts(rows).network)
+
+
+def test_artifact_missing_a_forest_tensor_is_refused_in_one_line(tiny_model_dir, tmp_path):
+    from offline_train.artifact import ArtifactError
+
+    tensors, meta = read_artifact(tiny_model_dir)
+    broken = {k: v for k, v in tensors.items() if k != "forest.leaf_value"}
+    path = write_artifact(tmp_path / "b", broken, {k: v for k, v in meta.items() if k not in ("checksum", "format")})
+    with pytest.raises(ArtifactError, match="do not fit together") as e:
+        KDSM.load(path, device="cpu")
+    assert "\n" not in str(e.value) and "leaf_value" in str(e.value)
