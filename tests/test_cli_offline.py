@@ -49,7 +49,11 @@ def test_train_then_score_end_to_end(small_parquet, tiny_config, tmp_path, capsy
     assert t.num_rows == 515
     assert {"id", "label", "score", "p_value", "severity"} <= set(t.column_names)
     sev = np.array(t.column("severity").to_pylist())
-    assert (sev[-15:] != "").mean() >= 0.6  # a 60-step model: most planted outliers alert
+    score = np.array(t.column("score").to_pylist())
+    # A 60-step model ranks the planted outliers on top. The training history holds them too (3%), so the
+    # warning threshold (q0.99 of a held-out fifth of it) falls among them: about half alert.
+    assert (score[-15:] > np.quantile(score[:-15], 0.99)).mean() >= 0.8
+    assert (sev[-15:] != "").mean() >= 0.4 and (sev[:-15] != "").mean() <= 0.02
 
 
 def test_rows_with_missing_values_are_skipped_and_counted(tmp_path, tiny_config):
