@@ -130,6 +130,6 @@ class IsolationScorer(nn.Module):
             goes_right = Z.gather(1, self.feature[at]) > self.threshold[at]
             pos = 2 * pos + 1 + goes_right
         path = self.leaf_value[base * (inner + 1) + pos - inner].sum(dim=1)
-        if self.scale.item() == 0:  # a forest of one-row trees: scikit-learn scores every row 1
-            return torch.ones(len(Z), dtype=torch.float64, device=Z.device)
-        return torch.exp2(-path / self.scale)
+        # A forest of one-row trees (scale 0): scikit-learn takes the exponent as -1, so every row scores 0.5.
+        # A where, not .item(): no device sync per batch.
+        return torch.where(self.scale > 0, torch.exp2(-path / self.scale), torch.full_like(path, 0.5))
