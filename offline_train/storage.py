@@ -22,6 +22,8 @@ marker under ``_committed/`` (``write_marker`` / ``committed_files``).
 
 >>> is_remote("s3://bucket/archive"), is_remote("runs/archive"), is_remote("file:///tmp/x")
 (True, False, False)
+>>> as_location("s3://bucket/m"), as_location("runs/m")
+('s3://bucket/m', PosixPath('runs/m'))
 >>> join("s3://bucket/models", "v1", "metadata.json")
 's3://bucket/models/v1/metadata.json'
 >>> resolve("s3://bucket/a/b/")[1]
@@ -75,6 +77,12 @@ def is_remote(location) -> bool:
     """True for an object-store URI; False for a local path or ``file://``."""
     text = str(location)
     return "://" in text and not text.startswith("file://")
+
+
+def as_location(where) -> str | Path:
+    """How code keeps a location: a URI stays a string (``Path("s3://b/m")`` would fold it to ``s3:/b/m``), a local
+    path becomes a ``Path``."""
+    return str(where) if is_remote(where) else Path(where)
 
 
 def join(location, *parts: str) -> str:

@@ -18,9 +18,17 @@ import pyarrow as pa
 import pytest
 import yaml
 from conftest import make_blobs
+from stream_support import (
+    create_topics,
+    event,
+    make_settings,
+    produce,
+    read_topic,
+    write_stream_config,
+)
 
 from offline_train import storage
-from offline_train.artifact import ArtifactError, artifact_exists
+from offline_train.artifact import ArtifactError, artifact_exists, publish_artifact
 from offline_train.config import load_settings
 from offline_train.data import DataError, ParquetSource, resolve_paths, write_parquet
 from offline_train.detector import KDSM
@@ -202,6 +210,34 @@ def test_registry_store_on_s3_serves_and_swaps(s3_root, redis_client, unique, ti
         provider.close()
     reg.store.delete(v1)
     assert not reg.store.exists(v1)
+
+
+def test_kdsm_stream_loads_its_model_from_s3_without_the_registry_and_archives_to_s3(
+        s3_root, kafka_bootstrap, redis_url, unique, tiny_model_dir, tmp_path):
+    """``stream.model: s3://...`` with the registry off (a static model) and ``archive.dir: s3://...``, through the
+    real ``kdsm stream``: every event is scored by the model read from the bucket, outliers alert, rows are archived."""
+    model_uri = f"{s3_root}/bootstrap-model"
+    publish_artifact(tiny_model_dir, model_uri)  # the local copy is named nowhere below
+    det = KDSM.load(tiny_model_dir, device="cpu")
+    normal = make_blobs(n=1400, seed=0)[0][1200:]  # 200 rows of the training distribution the model did not see
+    planted = make_blobs(n=10, n_out=10, seed=8)[1]
+    ids = [f"n{i}" for i in range(len(normal))] + [f"p{i}" for i in range(len(planted))]
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=model_uri, max_batch=64)
+    assert not s.registry.enabled
+    create_topics(s)
+    produce(s, [event(i, x, det.feature_names_) for i, x in zip(ids, np.vstack([normal, planted]), strict=True)])
+    cfg = write_stream_config(s, tmp_path / "stream.yaml", drift={"enabled": False},
+                              archive={"dir": f"{s3_root}/archive", "spool_dir": str(tmp_path / "spool"), "fsync": False})
+    r = kdsm("stream", "--config", cfg, "--max-events", str(len(ids)), "--log-level", "WARNING", timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["events"] == len(ids)
+    expect = {f"p{i}" for i, sc in enumerate(det.decision_function(planted)) if sc >= det.thresholds_["warning"]}
+    assert len(expect) >= 8
+    alerts = [json.loads(a.value) for a in read_topic(kafka_bootstrap, s.kafka.alerts_topic, len(expect), timeout=30)]
+    assert expect <= {a["event_id"] for a in alerts}
+    assert {a["model_version"] for a in alerts} == {det.version_}
+    # The open archive file was closed at exit and published to the bucket (object, then marker).
+    assert sorted(archive_rows(f"{s3_root}/archive")["id"].to_pylist()) == sorted(ids)
 
 
 def test_kdsm_train_and_score_on_s3_and_clear_errors(s3_root, s3_endpoint, tmp_path, monkeypatch, capsys):

@@ -69,7 +69,7 @@ def read_window(archive_dir: str | Path, model, hours: float | None = 24.0, max_
     Without ``rescore`` only rows of ``model.version_`` are kept; with it, the
     window's features are scored by ``model``.
     """
-    root = archive_dir if storage.is_remote(archive_dir) else Path(archive_dir)
+    root = storage.as_location(archive_dir)
     if not storage.is_remote(root) and not root.is_dir():
         raise ReportError(f"archive directory {root} does not exist (archive.dir; is the streamer archiving?)")
     now = time.time() if now is None else now

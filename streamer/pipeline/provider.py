@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from offline_train import storage
 from offline_train.detector import KDSM
 
 
 class StaticModelProvider:
-    """Loads one artifact once (verified by ``KDSM.load``) and serves it for the whole run."""
+    """Loads one artifact once (verified by ``KDSM.load``), a local directory or an ``s3://`` one, and serves it for
+    the whole run."""
 
     def __init__(self, path: str | Path, device: str = "auto"):
-        self.path = Path(path)
+        self.path = storage.as_location(path)
         self.model = KDSM.load(self.path, device=device)
 
     def current(self) -> KDSM:
