@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",
                        description="Writes id/ts/label (when present), score, p_value and severity per row.")
-    p.add_argument("--model", required=True, help="artifact directory")
-    p.add_argument("--data", required=True, help="Parquet file, directory or glob")
+    p.add_argument("--model", required=True, help="artifact directory (a path or s3://bucket/prefix)")
+    p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob; local or s3://bucket/prefix")
     p.add_argument("--out", required=True, help="output Parquet file (a path or s3://bucket/key.parquet)")
     p.add_argument("--config", help="YAML config file (for the storage section of s3:// locations)")
     p.set_defaults(func=lambda a: _score(a, settings_cls))

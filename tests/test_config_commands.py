@@ -15,7 +15,7 @@ from streamer.config import Settings
 from streamer.ops.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRETS = ("pw-kafka-8d1e", "pw-redis-77aa", "pw-url-5c3f")
+SECRETS = ("pw-kafka-8d1e", "pw-redis-77aa", "pw-url-5c3f", "pw-s3-41b9")
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +33,8 @@ def test_show_prints_effective_values_with_secrets_masked(monkeypatch, capsys):
     monkeypatch.setenv("KDSM_REDIS__PASSWORD", SECRETS[1])
     monkeypatch.setenv("KDSM_DRIFT__ADWIN__DELTA", "0.01")
     monkeypatch.setenv("KDSM_ARCHIVE__DIR", f"s3://user:{SECRETS[2]}@bucket/archive")
+    monkeypatch.setenv("KDSM_STORAGE__S3_ACCESS_KEY", "kdsm-key-id")  # an identifier, shown as is
+    monkeypatch.setenv("KDSM_STORAGE__S3_SECRET_KEY", SECRETS[3])
     assert main(["config", "show", "--config", str(ROOT / "configs" / "demo.yaml")]) == 0
     out = capsys.readouterr().out
     for secret in SECRETS:
@@ -40,10 +42,11 @@ def test_show_prints_effective_values_with_secrets_masked(monkeypatch, capsys):
     shown = yaml.safe_load(out)
     assert shown["kafka"]["sasl_password"] == "***" and shown["redis"]["password"] == "***"
     assert shown["archive"]["dir"] == "s3://user:***@bucket/archive"
+    assert shown["storage"]["s3_secret_key"] == "***" and shown["storage"]["s3_access_key"] == "kdsm-key-id"
     # everything else is the effective value: file < env
     s = load_settings(Settings, ROOT / "configs" / "demo.yaml")
     expected = s.model_dump(mode="json")
-    for sec, key in (("kafka", "sasl_password"), ("redis", "password"), ("archive", "dir")):
+    for sec, key in (("kafka", "sasl_password"), ("redis", "password"), ("archive", "dir"), ("storage", "s3_secret_key")):
         expected[sec].pop(key), shown[sec].pop(key)
     assert shown == expected
     assert shown["kafka"]["security_protocol"] == "SASL_SSL" and shown["drift"]["adwin"]["delta"] == 0.01

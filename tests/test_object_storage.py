@@ -273,6 +273,73 @@ def test_kdsm_train_and_score_on_s3_and_clear_errors(s3_root, s3_endpoint, tmp_p
     monkeypatch.setenv("KDSM_STORAGE__S3_ENDPOINT", s3_endpoint)
 
 
+def upload_parts(X: np.ndarray, local_dir: Path, dst: str, parts: int = 2) -> list[str]:
+    """``X`` as ``parts`` Parquet files (column ``id`` = the row number) under the prefix ``dst``."""
+    names = []
+    for i, rows in enumerate(np.array_split(np.arange(len(X)), parts)):
+        write_parquet(local_dir / f"part-{i}.parquet", X[rows], FEATURES, ids=[f"r{j}" for j in rows])
+        names.append(f"part-{i}.parquet")
+    storage.upload_dir(local_dir, dst, manifest=names[-1])
+    return names
+
+
+def test_kdsm_train_engine_dask_reads_its_data_from_s3(s3_root, tmp_path):
+    """Each Dask worker process reads its partitions from the bucket itself (the source travels to the workers with
+    its S3 filesystem); the statistics equal the local engine's on the same files read from disk."""
+    X, out = make_blobs(n=3000)
+    upload_parts(np.vstack([X, out]), tmp_path / "data", f"{s3_root}/data")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("model:\n  width: 16\n  depth: 1\ntrain:\n  steps: 5\nrefine:\n  enabled: false\n")
+    r = kdsm("train", "--data", f"{s3_root}/data/", "--out", f"{s3_root}/m-dask", "--config", str(cfg), "--quiet",
+             "--engine", "dask")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "engine: dask, 2 worker(s)" in r.stdout
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows_read"] == 3030
+    local = kdsm("train", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "m-local"), "--config", str(cfg),
+                 "--quiet", "--engine", "local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    dask_meta = json.loads(storage.read_bytes(f"{s3_root}/m-dask/metadata.json"))
+    local_meta = json.loads((tmp_path / "m-local" / "metadata.json").read_text())
+    assert dask_meta["sigmas"] == local_meta["sigmas"] and dask_meta["scaler"] == local_meta["scaler"]
+
+
+def test_kdsm_score_reads_every_file_under_an_s3_prefix(s3_root, tiny_model_dir, tmp_path, capsys):
+    X, out = make_blobs(n=400, seed=3)
+    rows = np.vstack([X, out])
+    upload_parts(rows, tmp_path / "data", f"{s3_root}/batch")
+    assert kdsm_main(["score", "--model", str(tiny_model_dir), "--data", f"{s3_root}/batch/",
+                      "--out", f"{s3_root}/scores/batch.parquet"]) == 0
+    assert "scored 430 rows (0 invalid)" in capsys.readouterr().out
+    scored = ParquetSource(f"{s3_root}/scores/batch.parquet", features=["score"])._ds.to_table()
+    assert sorted(scored["id"].to_pylist()) == sorted(f"r{j}" for j in range(len(rows)))  # both files, each row once
+    by_id = dict(zip(scored["id"].to_pylist(), scored["score"].to_pylist(), strict=True))
+    expected = KDSM.load(tiny_model_dir, device="cpu").decision_function(rows)
+    np.testing.assert_allclose([by_id[f"r{j}"] for j in range(len(rows))], expected, rtol=1e-5)
+
+
+def test_credentials_and_endpoint_from_the_aws_environment(s3_root, s3_endpoint, tiny_model_dir, tmp_path):
+    """No ``storage`` section at all: ``kdsm`` takes the endpoint and keys from AWS_* like any AWS client, and a
+    wrong AWS_SECRET_ACCESS_KEY is refused by the server (so the keys really are the ones sent)."""
+    X, _ = make_blobs(n=200, seed=4)
+    upload_parts(X, tmp_path / "data", f"{s3_root}/env")
+    publish_artifact(tiny_model_dir, f"{s3_root}/env-model")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KDSM_STORAGE__", "AWS_"))}
+    env.update(PYTHONPATH=str(ROOT), AWS_ACCESS_KEY_ID="kdsm", AWS_SECRET_ACCESS_KEY="kdsm-dev-secret",
+               AWS_ENDPOINT_URL=s3_endpoint, AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+
+    def score(**extra) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "streamer", "score", "--model", f"{s3_root}/env-model",
+                               "--data", f"{s3_root}/env/", "--out", f"{s3_root}/env-scores/out.parquet"],
+                              capture_output=True, text=True, env={**env, **extra}, cwd=ROOT, timeout=300)
+
+    r = score()
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert ParquetSource(f"{s3_root}/env-scores/out.parquet", features=["score"])._ds.to_table().num_rows == 200
+    r = score(AWS_SECRET_ACCESS_KEY="not-the-secret")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"access denied by {s3_endpoint}" in r.stderr
+
+
 def test_kdsm_retrain_from_an_s3_archive_into_an_s3_store(s3_root, redis_url, unique, tiny_model_dir, tmp_path):
     s = load_settings(Settings, None, **{
         "model": {"width": 32, "depth": 1}, "train": {"steps": 300, "seed": 0},
