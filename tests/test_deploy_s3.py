@@ -80,8 +80,12 @@ def test_k8s_s3_variant_replaces_the_shared_volume():
     kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert kust["resources"][0] == "../"
     listed = set(kust["resources"][1:]) | {p["path"] for p in kust["patches"]}
-    assert listed == {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml"}
-    secret = yaml.safe_load((folder / "s3-secret.yaml").read_text())
+    assert listed == {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml", "s3-secret.example.yaml"}
+    # The Secret is created by hand: as a resource, every `kubectl apply -k` would put the placeholders back.
+    own = [yaml.safe_load((folder / r).read_text()) for r in kust["resources"][1:]]
+    assert not [d for d in own if d["kind"] == "Secret"]
+    secret = yaml.safe_load((folder / "s3-secret.example.yaml").read_text())
+    assert secret["kind"] == "Secret" and set(secret["stringData"].values()) == {"CHANGE-ME"}
     patches = [yaml.safe_load((folder / p["path"]).read_text()) for p in kust["patches"]]
     deleted = [p for p in patches if p.get("$patch") == "delete"]
     assert [(d["kind"], d["metadata"]["name"]) for d in deleted] == [("PersistentVolumeClaim", "kdsm-data")]
@@ -112,3 +116,51 @@ def test_k8s_s3_variant_replaces_the_shared_volume():
                 assert args.config == "/etc/kdsm/config.yaml"
                 if args.command == "train":
                     assert args.data.startswith("s3://") and args.out == s.stream.model
+
+
+def _aws_env(ctr: dict, secret: dict) -> dict[str, str]:
+    """A container's AWS_* / BUCKET env, its keys taken from the kdsm-s3 Secret (checked against it)."""
+    out = {}
+    for e in ctr["env"]:
+        ref = e.get("valueFrom", {}).get("secretKeyRef")
+        if ref:
+            assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"], e
+            out[e["name"]] = f"secret:{ref['key']}"
+        else:
+            out[e["name"]] = str(e["value"])
+    return out
+
+
+def test_k8s_s3_variant_creates_the_bucket_its_workloads_use():
+    """compose.s3.yaml's one-shot, in Kubernetes: a Job creates the bucket the s3:// settings name, at the same
+    endpoint with the same keys, from a pinned public image; the bootstrap Job waits for it before training."""
+    folder = K8S / "s3"
+    kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    secret = yaml.safe_load((folder / "s3-secret.example.yaml").read_text())
+    assert "s3-bucket-job.yaml" in kust["resources"]
+    job = yaml.safe_load((folder / "s3-bucket-job.yaml").read_text())
+    assert job["kind"] == "Job" and (job["kind"], job["metadata"]["name"]) not in _k8s_docs()
+    assert job["metadata"]["namespace"] == "kdsm" and job["spec"]["backoffLimit"] >= 1
+    pod = _pod_spec(job)
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
+    (ctr,) = pod["containers"]
+    image = ctr["image"]
+    assert image.startswith("amazon/aws-cli:") and image.split(":")[1][0].isdigit()  # pinned, not :latest
+    env = _aws_env(ctr, secret)
+    assert env["AWS_ACCESS_KEY_ID"] == "secret:access-key" and env["AWS_SECRET_ACCESS_KEY"] == "secret:secret-key"
+    script = " ".join(ctr["args"])
+    # create only when missing: a second apply (or a bucket made by hand) is not an error
+    assert script == 'aws s3api head-bucket --bucket "$BUCKET" || aws s3 mb "s3://$BUCKET"'
+    # the bucket and endpoint are the ones every workload's settings use
+    for name in ("streamer-s3.yaml", "retrain-s3.yaml", "retrain-watch-s3.yaml", "bootstrap-s3.yaml"):
+        wl = _pod_spec(yaml.safe_load((folder / name).read_text()))
+        plain = {e["name"]: str(e["value"]) for e in wl["containers"][0]["env"] if "value" in e}
+        assert plain["KDSM_STORAGE__S3_ENDPOINT"] == env["AWS_ENDPOINT_URL"], name
+        s = _settings_with(plain)
+        for uri in (s.archive.dir, s.registry.store_dir, s.stream.model):
+            assert uri.startswith(f"s3://{env['BUCKET']}/"), (name, uri)
+    # the bootstrap Job trains into the bucket: it first waits for it, with the same image, endpoint and keys
+    boot = _pod_spec(yaml.safe_load((folder / "bootstrap-s3.yaml").read_text()))
+    (wait,) = boot["initContainers"]
+    assert wait["image"] == image and _aws_env(wait, secret) == env
+    assert 'aws s3api head-bucket --bucket "$BUCKET" && exit 0' in wait["args"][0] and wait["args"][0].endswith("exit 1")
