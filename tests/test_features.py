@@ -208,6 +208,23 @@ def small_parquet_numeric(tmp_path):
     return path
 
 
+def test_spec_models_encoded_binary_columns_get_the_discrete_kappa(mixed_parquet):
+    """README "Sigmas of encoded columns": one-hot, boolean and missing-indicator columns are binary (or
+    constant, like a never-set <unseen>), so the kurtosis rule gives them kappa 1.8 and sigma 0.30."""
+    src = ParquetSource(mixed_parquet)
+    X, _ = src.load()
+    det = KDSM(model=ModelConfig(width=8, depth=1), train=OptimConfig(steps=2, precision="fp32")).fit(X, features=src.encoder)
+    cols = det.feature_names_
+    binary = [c for c in cols if "=" in c or c.endswith(":missing") or c == "card_present"]
+    assert {"merchant_category=grocery", "merchant_category=<unseen>", "device_id=ios", "geo.country=DE",
+            "device_id:missing", "geo.distance_km:missing", "card_present"} <= set(binary)
+    kappa = dict(zip(cols, det.kappas_.tolist(), strict=True))
+    sigma = dict(zip(cols, det.sigmas_.tolist(), strict=True))
+    assert {c: kappa[c] for c in binary} == {c: 1.8 for c in binary}
+    assert all(sigma[c] == pytest.approx(0.5 * (1 + 0.33 * (1.8 - 3))) for c in binary)
+    assert kappa["amount"] != 1.8 and kappa["geo.distance_km"] != 1.8  # numbers keep their own kurtosis
+
+
 def test_spec_that_does_not_fit_the_data_is_one_clear_error(mixed_parquet):
     with pytest.raises(DataError, match="feature 'amount' is categorical in the spec but column 'amount' is double"):
         ParquetSource(mixed_parquet, spec=[FeatureSpec(name="amount", type="categorical")])
