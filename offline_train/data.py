@@ -32,10 +32,10 @@ from .features import (
     FittedFeatures,
     SpecError,
     candidate_specs,
+    check_schema,
     infer_specs,
     is_numeric_only,
     profile,
-    schema_leaves,
 )
 
 
@@ -138,10 +138,6 @@ def _dataset(files: list[Path | str]) -> ds.Dataset:
         raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
 
 
-def _is_numeric(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
-
-
 @dataclass
 class Partition:
     """Whole row groups of one file (``fragment``), starting at row ``offset`` of the dataset."""
@@ -210,22 +206,12 @@ class ParquetSource:
         except SpecError as e:
             raise DataError(str(e)) from None
 
-    def _check_leaves(self, schema: pa.Schema, specs: list) -> None:
-        leaves = schema_leaves(schema)
-        for sp in specs:
-            t = leaves.get(tuple(sp.keys))
-            if t is None:
-                raise DataError(f"feature {sp.name!r}: no column {'.'.join(sp.keys)!r} in the data; it has: "
-                                + ", ".join(".".join(k) for k in leaves))
-            ok = {"numeric": _is_numeric(t) and not pa.types.is_boolean(t), "boolean": pa.types.is_boolean(t),
-                  "categorical": pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-                  or pa.types.is_dictionary(t)}[sp.type]
-            if not ok:
-                raise DataError(f"feature {sp.name!r} is {sp.type} in the spec but column {'.'.join(sp.keys)!r} is {t}")
-
-    @staticmethod
-    def _top_columns(specs: list) -> list[str]:
-        return list(dict.fromkeys(sp.keys[0] for sp in specs))
+    def _check_leaves(self, schema: pa.Schema, specs: list) -> list[str]:
+        """The top-level columns to read (features.check_schema: the one check offline scoring shares)."""
+        try:
+            return check_schema(schema, specs)
+        except SpecError as e:
+            raise DataError(str(e)) from None
 
     def _nulls(self, names: list[str]) -> bool:
         try:
@@ -235,7 +221,7 @@ class ParquetSource:
             raise DataError(f"cannot read Parquet data: {e}") from None
 
     def _profile(self, specs: list) -> dict:
-        cols = self._top_columns(specs)
+        cols = self._check_leaves(self._ds.schema, specs)
         try:
             return profile(self._ds.to_batches(columns=cols, batch_size=self.batch_rows), specs)
         except (pa.ArrowInvalid, OSError) as e:
@@ -269,7 +255,7 @@ class ParquetSource:
         dataset in stored order, skipped ones included (rows it drops are not "skipped").
         """
         enc = self.encoder
-        inputs = self._top_columns(enc.specs) if enc else list(self.features)
+        inputs = self._check_leaves(self._ds.schema, enc.specs) if enc else list(self.features)
         label = [self.label_column] if with_labels and self.has_labels else []
         columns = list(dict.fromkeys(inputs + label))
         read = skipped = 0

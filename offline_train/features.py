@@ -331,14 +331,63 @@ class ColumnProfile:
                 self.kept = _SAMPLE
 
 
-def arrow_column(batch: pa.RecordBatch | pa.Table, parts: list[str]) -> pa.Array:
-    """The leaf at ``parts`` (keys) of a batch (struct fields by name; a null parent reads as null)."""
-    col = batch.column(batch.schema.get_field_index(parts[0]))
+def arrow_column(batch: pa.RecordBatch | pa.Table, parts: list[str]) -> pa.Array | None:
+    """The leaf at ``parts`` (keys) of a batch (struct fields by name; a null parent reads as null); None if absent."""
+    i = batch.schema.get_field_index(parts[0])
+    if i < 0:
+        return None
+    col = batch.column(i)
     for p in parts[1:]:
+        if not pa.types.is_struct(col.type) or col.type.get_field_index(p) < 0:
+            return None
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         col = pc.struct_field(col, p)
     return col
+
+
+def feature_column(spec: FeatureSpec, batch: pa.RecordBatch | pa.Table) -> Column:
+    """One feature of a Parquet batch; an absent column or struct leaf reads as all null, as an absent JSON
+    field does online, so the feature's missing policy decides (``check_schema`` refuses it first for reject)."""
+    col = arrow_column(batch, spec.keys)
+    if col is None:
+        n = batch.num_rows
+        return Column([None] * n if spec.type == "categorical" else np.zeros(n), np.ones(n, bool))
+    return column_from_arrow(spec, col)
+
+
+def _fits(kind: str, t: pa.DataType) -> bool:
+    if kind == "numeric":
+        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    if kind == "boolean":
+        return pa.types.is_boolean(t)
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
+            or pa.types.is_dictionary(t))
+
+
+def check_schema(schema: pa.Schema, specs: list[FeatureSpec]) -> list[str]:
+    """The top-level columns to read for ``specs`` (those the data has); ``SpecError`` where a leaf has the
+    wrong type, or is absent and its feature's policy is ``reject``. An absent leaf of an ``impute`` or
+    ``zero`` feature is allowed: ``feature_column`` reads it as all null. Offline training and scoring both
+    call this, so a file follows the same policies as the streamer's events."""
+    leaves = schema_leaves(schema)
+    names = set(schema.names)
+    for sp in specs:
+        keys = tuple(sp.keys)
+        where = ".".join(keys)
+        t = leaves.get(keys)
+        if t is not None:
+            if not _fits(sp.type, t):
+                raise SpecError(f"feature {sp.name!r} is {sp.type} in the spec but column {where!r} is {t}")
+            continue
+        for k in range(1, len(keys)):  # a parent that is a plain column is a type change, not an absence
+            pt = leaves.get(keys[:k])
+            if pt is not None:
+                raise SpecError(f"feature {sp.name!r}: column {'.'.join(keys[:k])!r} is {pt}, not a struct holding {where!r}")
+        if sp.missing == "reject":
+            raise SpecError(f"feature {sp.name!r} (missing: reject): no column {where!r} in the data; it has: "
+                            + ", ".join(".".join(k) for k in leaves))
+    return list(dict.fromkeys(sp.keys[0] for sp in specs if sp.keys[0] in names))
 
 
 def profile(batches: Iterable[pa.RecordBatch], specs: list[FeatureSpec], seed: int = 0) -> dict[str, ColumnProfile]:
@@ -347,7 +396,7 @@ def profile(batches: Iterable[pa.RecordBatch], specs: list[FeatureSpec], seed: i
     out = {s.name: ColumnProfile() for s in specs}
     for rb in batches:
         for s in specs:
-            out[s.name].add(s, column_from_arrow(s, arrow_column(rb, s.keys)), rng)
+            out[s.name].add(s, feature_column(s, rb), rng)
     return out
 
 
@@ -495,7 +544,7 @@ class FittedFeatures:
 
     def encode_arrow(self, batch: pa.RecordBatch | pa.Table) -> Encoded:
         """A Parquet batch (the offline job) -> the matrix."""
-        cols = [column_from_arrow(f.spec, arrow_column(batch, f.spec.keys)) for f in self.features]
+        cols = [feature_column(f.spec, batch) for f in self.features]
         return self._encode(cols, batch.num_rows)
 
     def _encode(self, cols: list[Column], n: int) -> Encoded:

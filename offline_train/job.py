@@ -20,6 +20,7 @@ from .config import TrainSettings
 from .data import DataError, ParquetSource, _dataset, resolve_paths
 from .detector import KDSM
 from .engine import make_engine
+from .features import SpecError, check_schema
 from .report import write_report
 
 
@@ -129,10 +130,16 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     dataset = _dataset(files)
     names = dataset.schema.names
     enc = det.features_
-    inputs = list(dict.fromkeys(s.keys[0] for s in enc.specs)) if enc else det.feature_names_
-    missing = [f for f in inputs if f not in names]
-    if missing:
-        raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
+    if enc is None:  # plain numeric columns, rejected when missing
+        inputs = det.feature_names_
+        missing = [f for f in inputs if f not in names]
+        if missing:
+            raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
+    else:  # the spec's policies decide, as in training: an absent impute/zero column reads as all null
+        try:
+            inputs = check_schema(dataset.schema, enc.specs)
+        except SpecError as e:
+            raise DataError(str(e)) from None
     passthrough = [c for c in ("id", "ts", "label") if c in names]
     out_fs, out_path = storage.resolve(out)
     if storage.is_remote(out):

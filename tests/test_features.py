@@ -208,6 +208,23 @@ def small_parquet_numeric(tmp_path):
     return path
 
 
+def test_spec_models_encoded_binary_columns_get_the_discrete_kappa(mixed_parquet):
+    """README "Sigmas of encoded columns": one-hot, boolean and missing-indicator columns are binary (or
+    constant, like a never-set <unseen>), so the kurtosis rule gives them kappa 1.8 and sigma 0.30."""
+    src = ParquetSource(mixed_parquet)
+    X, _ = src.load()
+    det = KDSM(model=ModelConfig(width=8, depth=1), train=OptimConfig(steps=2, precision="fp32")).fit(X, features=src.encoder)
+    cols = det.feature_names_
+    binary = [c for c in cols if "=" in c or c.endswith(":missing") or c == "card_present"]
+    assert {"merchant_category=grocery", "merchant_category=<unseen>", "device_id=ios", "geo.country=DE",
+            "device_id:missing", "geo.distance_km:missing", "card_present"} <= set(binary)
+    kappa = dict(zip(cols, det.kappas_.tolist(), strict=True))
+    sigma = dict(zip(cols, det.sigmas_.tolist(), strict=True))
+    assert {c: kappa[c] for c in binary} == {c: 1.8 for c in binary}
+    assert all(sigma[c] == pytest.approx(0.5 * (1 + 0.33 * (1.8 - 3))) for c in binary)
+    assert kappa["amount"] != 1.8 and kappa["geo.distance_km"] != 1.8  # numbers keep their own kurtosis
+
+
 def test_spec_that_does_not_fit_the_data_is_one_clear_error(mixed_parquet):
     with pytest.raises(DataError, match="feature 'amount' is categorical in the spec but column 'amount' is double"):
         ParquetSource(mixed_parquet, spec=[FeatureSpec(name="amount", type="categorical")])
@@ -256,3 +273,51 @@ def test_score_job_applies_the_models_spec(mixed_parquet, tmp_path):
     ok = [i for i in range(50) if i != 3]
     np.testing.assert_allclose(np.asarray(scored.column("score").to_pylist())[ok].astype(float),
                                det.decision_function(det.features_.encode_records([rows[i] for i in ok]).X))
+
+
+def test_absent_column_follows_its_missing_policy_offline(mixed_parquet, tmp_path, capsys):
+    """A column (or struct leaf) gone from a Parquet file reads as all null, as an absent JSON field does online."""
+    from offline_train.job import score_job
+
+    src = ParquetSource(mixed_parquet)  # inferred: device_id and geo.distance_km impute, amount reject
+    X, _ = src.load()
+    det = KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=20, precision="fp32")).fit(X, features=src.encoder)
+    det.save(tmp_path / "m")
+    t = mixed_table(40, seed=7)
+    geo = pa.array([{"country": g["country"]} for g in t.column("geo").to_pylist()])  # the distance_km leaf is gone
+    t = t.drop_columns(["device_id"]).set_column(t.schema.get_field_index("geo") - 1, "geo", geo)
+    pq.write_table(t, tmp_path / "evolved.parquet")
+    counts = score_job(tmp_path / "m", tmp_path / "evolved.parquet", tmp_path / "scored.parquet", log=lambda m: None)
+    assert counts == {"rows": 40, "invalid": 0}
+    # The streamer's encoding of the same events, which lack both fields.
+    records = [json.loads(json.dumps(r)) for r in t.to_pylist()]
+    assert "device_id" not in records[0] and records[0]["geo"].keys() == {"country"}
+    online = det.features_.encode_records(records)
+    assert not online.reasons
+    cols = det.features_.columns
+    assert (online.X[:, cols.index("device_id:missing")] == 1).all()
+    assert (online.X[:, cols.index("geo.distance_km:missing")] == 1).all()
+    scored = pq.read_table(tmp_path / "scored.parquet")
+    np.testing.assert_allclose(np.asarray(scored.column("score").to_pylist(), float), det.decision_function(online.X))
+    # Training-data reading (retraining with the model's spec) goes through the same check and encoder.
+    Xs, _ = ParquetSource(tmp_path / "evolved.parquet", encoder=det.features_).load()
+    np.testing.assert_array_equal(Xs, online.X)
+    # Fitting a spec on a file where an impute feature never has a value is refused: nothing to impute with.
+    with pytest.raises(DataError, match="'device_id': no value in the training data"):
+        ParquetSource(tmp_path / "evolved.parquet", spec=[FeatureSpec(name="amount", type="numeric"),
+                                                          FeatureSpec(name="device_id", type="categorical", missing="impute")])
+
+    # A reject feature's column gone: the file is refused in one line, as `kdsm score` prints it.
+    pq.write_table(mixed_table(40, seed=7).drop_columns(["amount"]), tmp_path / "no_amount.parquet")
+    capsys.readouterr()
+    assert main(["score", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "no_amount.parquet"),
+                 "--out", str(tmp_path / "x.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "feature 'amount' (missing: reject): no column 'amount' in the data" in err
+    assert not (tmp_path / "x.parquet").exists()
+    # A nested parent that became a plain column is a type change, not an absence: refused too.
+    t2 = mixed_table(40, seed=7)
+    t2 = t2.set_column(t2.schema.get_field_index("geo"), "geo", pa.array(["DE"] * 40))
+    pq.write_table(t2, tmp_path / "flat_geo.parquet")
+    with pytest.raises(DataError, match="column 'geo' is string, not a struct holding 'geo.country'"):
+        score_job(tmp_path / "m", tmp_path / "flat_geo.parquet", tmp_path / "y.parquet", log=lambda m: None)
