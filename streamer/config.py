@@ -46,6 +46,7 @@ class KafkaConfig(Section):
     linger_ms: int = Field(5, ge=0, description="producer: wait this long to fill a batch of alerts")
     producer_batch_bytes: int = Field(262144, gt=0, description="producer: bytes per partition batch")
     delivery_timeout_s: float = Field(30.0, gt=0, description="longest wait for the broker to acknowledge a batch's alerts")
+    idempotent_producer: bool = Field(True, description="at_least_once: the producer's retries are idempotent (a retried batch is never written twice on Kafka); false for a broker that answers a retried batch as a duplicate without having stored it (the durable Tansu dev broker after kill -9: docs/operations.md); exactly_once is always idempotent")
     delivery: Literal["at_least_once", "exactly_once"] = Field("at_least_once", description="at_least_once: alerts are acked, then offsets committed (a crash re-sends, subscribers de-duplicate by alert_id); exactly_once: a batch's alerts, dead letters and offsets commit in one Kafka transaction (subscribers read with isolation.level=read_committed)")
     transactional_id: str | None = Field(None, description="exactly_once: this instance's transactional id, stable across its restarts and unique in the group (a second process with the same id fences the first); None = <group_id>.<hostname>")
 

@@ -39,6 +39,11 @@ def test_broker_sigkill_and_restart_loses_nothing(tmp_path, durable_broker, redi
     broker = durable_broker
     model = KDSM.load(tiny_model_dir, device="cpu")
     s = make_settings(broker.url, redis_url, unique, model=str(tiny_model_dir), max_batch=100, max_in_flight=2)
+    # The durable Tansu answers an idempotent batch that was in flight at the kill, retried after the restart, as a
+    # duplicate although it never stored it, and kafka-python counts that as delivered: the batch is lost
+    # (docs/results/tansu-idempotence: 6 of 28 kills lost such a batch, 0 of 32 without idempotence). The
+    # documented setting for this broker; it applies to this test's own event producer too.
+    s.kafka.idempotent_producer = False
     create_topics(s)
     # Every valid event alerts (warning threshold 0), so "no event without its output" is checkable per id.
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
@@ -130,3 +135,17 @@ def test_broker_sigkill_and_restart_loses_nothing(tmp_path, durable_broker, redi
     dups = sum(c - 1 for c in counts.values())
     print(f"broker killed after {at_kill} of {valid_sent} sent valid events had alerts (backlog {valid_sent - at_kill}), "
           f"down {DOWN_S:g}s, restarted in {restart_s:.2f}s; duplicate alerts {dups}")
+
+
+def test_producer_idempotence_follows_the_setting_and_transactions_force_it(kafka_bootstrap):
+    from streamer.config import KafkaConfig
+    from streamer.pipeline.kafka_clients import make_producer
+
+    k = KafkaConfig(bootstrap=kafka_bootstrap)
+    for setting in (True, False):
+        p = make_producer(k.model_copy(update={"idempotent_producer": setting}))
+        assert p.config["enable_idempotence"] is setting
+        p.close()
+    p = make_producer(k.model_copy(update={"idempotent_producer": False}), transactional_id=f"t-{time.time_ns()}")
+    assert p.config["enable_idempotence"] is True
+    p.close()

@@ -59,7 +59,9 @@ def make_consumer(k, group_id: str | None = None, **extra) -> KafkaConsumer:
 def make_producer(k, **extra) -> KafkaProducer:
     """acks=all; batching by linger_ms/batch_size so one flush per micro-batch sends few requests."""
     opts = {"acks": "all", "linger_ms": k.linger_ms, "batch_size": k.producer_batch_bytes,
-            "client_id": k.client_id, "retries": 5, **client_kwargs(k)}
+            "client_id": k.client_id, "retries": 5, "enable_idempotence": k.idempotent_producer, **client_kwargs(k)}
+    if extra.get("transactional_id"):
+        opts["enable_idempotence"] = True  # transactions need it, whatever the at-least-once setting says
     opts.update(extra)
     return _reach(k, lambda: KafkaProducer(**opts))
 
