@@ -113,6 +113,26 @@ def test_plain_start_refuses_a_running_durable_broker(tmp_path, monkeypatch):
         broker.stop()
 
 
+def test_durable_start_says_how_to_run_kdsm_on_it(tmp_path, s3_endpoint):
+    """The durable broker loses an idempotent batch in flight at a crash (docs/results/tansu-idempotence):
+    start.sh --durable tells the user the setting that turns a retry into a duplicate instead."""
+    kport, other_port = free_port(), free_port()
+    env = {**os.environ, "KDSM_LOCAL_STATE": str(tmp_path), "KAFKA_PORT": str(kport),
+           "S3_PORT": s3_endpoint.rsplit(":", 1)[1]}
+    try:
+        durable = subprocess.run(["bash", str(ROOT / "deploy" / "local" / "start.sh"), "--only", "kafka", "--durable"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert durable.returncode == 0, durable.stderr
+        assert "(durable)" in durable.stdout and "KDSM_KAFKA__IDEMPOTENT_PRODUCER=false" in durable.stdout
+        plain = _only_kafka(tmp_path / "other", other_port)
+        assert plain.returncode == 0 and "IDEMPOTENT" not in plain.stdout
+    finally:
+        for state, p in ((tmp_path, kport), (tmp_path / "other", other_port)):
+            subprocess.run(["python3", "-m", "streamer.dev.local_services", "stop", "--only", "kafka", "--kafka-port",
+                            str(p)], env={**os.environ, "KDSM_LOCAL_STATE": str(state)}, capture_output=True, timeout=60)
+    assert not port_open("127.0.0.1", kport) and not port_open("127.0.0.1", other_port)
+
+
 def test_local_redis_keeps_its_data_across_stop_and_start(tmp_path):
     """docs/operations.md: stopping the local services keeps the registry (Redis appends to a file in the state dir)."""
     import redis

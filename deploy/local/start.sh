@@ -23,3 +23,8 @@ if [[ "$kport" != 19092 || "$rport" != 16379 || "$sport" != 18333 ]]; then
   echo "start.sh: non-default ports; for kdsm: export KDSM_KAFKA__BOOTSTRAP=127.0.0.1:$kport KDSM_REDIS__URL=redis://127.0.0.1:$rport/0 KDSM_STORAGE__S3_ENDPOINT=http://127.0.0.1:$sport"
 fi
 echo "start.sh: object storage: s3://kdsm/ at http://127.0.0.1:$sport (dev keys: KDSM_STORAGE__S3_ACCESS_KEY=kdsm KDSM_STORAGE__S3_SECRET_KEY=kdsm-dev-secret)"
+if [[ " $* " == *" --durable "* ]]; then
+  # This broker answers an idempotent batch in flight at a crash as a duplicate without storing it
+  # (docs/results/tansu-idempotence): without idempotence a retry is a duplicate, never a loss.
+  echo "start.sh: durable broker: run kdsm with KDSM_KAFKA__IDEMPOTENT_PRODUCER=false (docs/operations.md)"
+fi
