@@ -138,6 +138,15 @@ def _dataset(files: list[Path | str]) -> ds.Dataset:
         raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
 
 
+def spec_columns(schema: pa.Schema, specs: list) -> list[str]:
+    """The top-level columns to read for ``specs``, checked against ``schema`` by ``features.check_schema`` (types;
+    an absent reject feature); ``DataError`` in one line otherwise. Training, ``kdsm score`` and the engines share it."""
+    try:
+        return check_schema(schema, specs)
+    except SpecError as e:
+        raise DataError(str(e)) from None
+
+
 @dataclass
 class Partition:
     """Whole row groups of one file (``fragment``), starting at row ``offset`` of the dataset."""
@@ -177,8 +186,9 @@ class ParquetSource:
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
         if self.encoder is None:
             self.encoder = self._fit_encoder(schema, exclude)
+        # The top-level columns a batch reads: the spec's (checked once here), or the named numeric ones.
+        self._inputs = spec_columns(schema, self.encoder.specs) if self.encoder is not None else None
         if self.encoder is not None:
-            self._check_leaves(schema, self.encoder.specs)
             self.features = list(self.encoder.columns)
             self.specs = self.encoder.specs
 
@@ -196,20 +206,12 @@ class ParquetSource:
                 specs, self.left_out = infer_specs(schema, stats, exclude, self.features)
             else:
                 specs = list(self.spec)
-                self._check_leaves(schema, specs)
-                stats = self._profile(specs)
+                stats = self._profile(specs)  # checks the spec against the schema first
             self.specs = specs
             if is_numeric_only(specs):
                 self.features = [s.name for s in specs]
                 return None
             return FittedFeatures.fit(specs, stats)
-        except SpecError as e:
-            raise DataError(str(e)) from None
-
-    def _check_leaves(self, schema: pa.Schema, specs: list) -> list[str]:
-        """The top-level columns to read (features.check_schema: the one check offline scoring shares)."""
-        try:
-            return check_schema(schema, specs)
         except SpecError as e:
             raise DataError(str(e)) from None
 
@@ -221,7 +223,7 @@ class ParquetSource:
             raise DataError(f"cannot read Parquet data: {e}") from None
 
     def _profile(self, specs: list) -> dict:
-        cols = self._check_leaves(self._ds.schema, specs)
+        cols = spec_columns(self._ds.schema, specs)
         try:
             return profile(self._ds.to_batches(columns=cols, batch_size=self.batch_rows), specs)
         except (pa.ArrowInvalid, OSError) as e:
@@ -255,7 +257,7 @@ class ParquetSource:
         dataset in stored order, skipped ones included (rows it drops are not "skipped").
         """
         enc = self.encoder
-        inputs = self._check_leaves(self._ds.schema, enc.specs) if enc else list(self.features)
+        inputs = self._inputs if enc is not None else list(self.features)
         label = [self.label_column] if with_labels and self.has_labels else []
         columns = list(dict.fromkeys(inputs + label))
         read = skipped = 0

@@ -357,12 +357,9 @@ def feature_column(spec: FeatureSpec, batch: pa.RecordBatch | pa.Table) -> Colum
 
 
 def _fits(kind: str, t: pa.DataType) -> bool:
-    if kind == "numeric":
-        return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
-    if kind == "boolean":
-        return pa.types.is_boolean(t)
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t)
-            or pa.types.is_dictionary(t))
+    """Whether a column of type ``t`` can feed a ``kind`` feature: the kind inference would give it, or, for a
+    categorical one, integer codes and any dictionary too."""
+    return _kind_of(t) == kind or (kind == "categorical" and (pa.types.is_integer(t) or pa.types.is_dictionary(t)))
 
 
 def check_schema(schema: pa.Schema, specs: list[FeatureSpec]) -> list[str]:

@@ -17,10 +17,9 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from . import storage
 from .artifact import METADATA, ArtifactError, publish_artifact
 from .config import TrainSettings
-from .data import DataError, ParquetSource, _dataset, resolve_paths
+from .data import DataError, ParquetSource, _dataset, resolve_paths, spec_columns
 from .detector import KDSM
 from .engine import make_engine
-from .features import SpecError, check_schema
 from .report import write_report
 
 
@@ -136,10 +135,7 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
         if missing:
             raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
     else:  # the spec's policies decide, as in training: an absent impute/zero column reads as all null
-        try:
-            inputs = check_schema(dataset.schema, enc.specs)
-        except SpecError as e:
-            raise DataError(str(e)) from None
+        inputs = spec_columns(dataset.schema, enc.specs)
     passthrough = [c for c in ("id", "ts", "label") if c in names]
     out_fs, out_path = storage.resolve(out)
     if storage.is_remote(out):
