@@ -186,9 +186,9 @@ class ParquetSource:
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
         if self.encoder is None:
             self.encoder = self._fit_encoder(schema, exclude)
-        # The top-level columns a batch reads: the spec's (checked once here), or the named numeric ones.
-        self._inputs = spec_columns(schema, self.encoder.specs) if self.encoder is not None else None
+        self._inputs = None  # the top-level columns a batch reads; None: the named numeric ones
         if self.encoder is not None:
+            self._inputs = spec_columns(schema, self.encoder.specs)  # the spec, checked against the data once
             self.features = list(self.encoder.columns)
             self.specs = self.encoder.specs
 
