@@ -27,7 +27,7 @@ from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 
-N_EVENTS = 24000  # ~2400/s for ~10 s
+N_EVENTS = 36000  # ~2400/s for ~15 s
 PARTITIONS = 4
 
 
@@ -47,9 +47,10 @@ def _log_tail(paths) -> str:
 
 def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir):
     model = KDSM.load(tiny_model_dir, device="cpu")
-    # Batches gather for up to half a second, so a revocation (it comes inside a poll) nearly always finds
-    # records gathered or a batch in flight: the case to test, which with short batches was left to timing.
-    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=1000, max_wait_ms=500,
+    # Batches gather for up to two seconds, so a revocation (it comes inside a poll) nearly always finds records
+    # gathered or a batch in flight: the case to test. With half-second batches a streamer that keeps up often
+    # met its revocations between batches, with nothing to drain, and a loaded CI run once met none that way.
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=20000, max_wait_ms=2000,
                       max_in_flight=2)
     create_topics(s, partitions=PARTITIONS)
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
