@@ -138,3 +138,26 @@ def test_default_method_is_kdsm_train_default_and_compare_reads_the_csv(tmp_path
     assert lines[2].startswith("| variant |") and any(line.startswith("| default |") for line in lines)
     assert main(["bench", "compare", str(tmp_path / "missing.csv"), "--setting", "unsup"]) == 2
     assert "no such results file" in capsys.readouterr().err
+
+
+def test_parallel_jobs_give_the_rows_of_one_job_and_fail_the_broken_file(data_dir, tmp_path, monkeypatch):
+    """``--jobs 2``: the same rows, figure for figure, as one run at a time (one torch thread each, seeded)."""
+    for k, v in TINY.items():
+        monkeypatch.setenv(k, v)
+    settings = TrainSettings()
+    figures = ("n_train", "n_test", "aucpr", "aucroc", "f1", "steps", "status")
+    rows = {}
+    for jobs in (1, 2):
+        spec = BenchSpec(data_dir, tmp_path / f"jobs{jobs}", methods=("default", "iforest"), setting="unsup", seeds=(0, 1))
+        got = run_bench(spec, settings, progress=False, jobs=jobs)
+        rows[jobs] = {(r["dataset"], r["seed"], r["method"]): tuple(r.get(k) for k in figures) for r in got}
+        assert len(read_rows(spec.csv_path)) == 3 * 2 * 2  # every run written once, by this process
+    assert rows[2] == rows[1]
+    assert sum(v[-1] == "failed" for v in rows[2].values()) == 2 * 2  # 3_broken, both seeds, both methods
+    assert all(float(v[3]) > 0.8 for k, v in rows[2].items() if k[0] != "3_broken")
+
+
+def test_jobs_below_one_is_refused_in_one_line(data_dir, tmp_path, capsys):
+    code = main(["bench", "adbench", "--data-dir", str(data_dir), "--methods", "knn", "--jobs", "0", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--jobs must be at least 1" in err and "Traceback" not in err

@@ -43,6 +43,9 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
     p.add_argument("--out", required=True, help="output folder (re-running resumes from its results.csv)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at once, each in its own process with cores/jobs torch threads unless train.threads "
+                        "is set (default 1: one run at a time, torch's default threads)")
     p.set_defaults(func=lambda a: _run(a, settings_cls))
 
     c = sub.add_parser("compare", help="means and wins of one method against the others, over benchmark CSVs",
@@ -123,9 +126,10 @@ def _run(a, settings_cls) -> int:
             "argv": sys.argv[1:], "env": {k: v for k, v in os.environ.items() if k.startswith("KDSM_")},
             "machine": machine_info(), "config": config_id(settings), "profile": settings.train.profile,
             "settings": json.loads(settings.model_dump_json(include={"sigma", "model", "ema", "train", "data"})),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "jobs": a.jobs, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     t0, c0 = time.perf_counter(), time.process_time()
-    rows = run_bench(spec, settings, progress=sys.stderr.isatty() or bool(os.environ.get("KDSM_BENCH_PROGRESS")))
+    rows = run_bench(spec, settings, progress=sys.stderr.isatty() or bool(os.environ.get("KDSM_BENCH_PROGRESS")),
+                     jobs=a.jobs)
     info.update(wall_seconds=round(time.perf_counter() - t0, 1), cpu_seconds=round(time.process_time() - c0, 1),
                 loadavg_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                 finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

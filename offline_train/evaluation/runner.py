@@ -16,6 +16,7 @@ import csv
 import fcntl
 import hashlib
 import json
+import os
 import re
 import traceback
 from collections.abc import Iterable
@@ -30,7 +31,7 @@ from ..config import ConfigError
 from ..data import DataError, load_npz
 from ..scaler import Scaler
 from ..sigmas import RULE_REVISION
-from .methods import METHODS, fit_score
+from .methods import BASELINES, METHODS, fit_score
 from .metrics import detection_metrics
 from .protocol import make_split
 
@@ -153,14 +154,96 @@ def sole_writer(out: Path):
         f.close()
 
 
-def run_bench(spec: BenchSpec, settings, progress: bool = True) -> list[dict]:
-    """Run every pending (dataset, seed, method) of ``spec``; returns the CSV rows of this spec."""
+def run_bench(spec: BenchSpec, settings, progress: bool = True, jobs: int = 1) -> list[dict]:
+    """Run every pending (dataset, seed, method) of ``spec``; returns the CSV rows of this spec.
+
+    ``jobs`` > 1 runs that many at once, each in its own process (see ``_pool``); this process alone
+    writes the CSV, a row as each run finishes.
+    """
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     Path(spec.out).mkdir(parents=True, exist_ok=True)
     with sole_writer(spec.out):
-        return _run_pending(spec, settings, progress)
+        return _run_pending(spec, settings, progress, jobs)
 
 
-def _run_pending(spec: BenchSpec, settings, progress: bool) -> list[dict]:
+@dataclass(frozen=True)
+class Unit:
+    """One run of the grid: a method on one dataset and seed."""
+
+    path: Path
+    seed: int
+    method: str
+    setting: str
+    split: str
+
+
+def run_unit(unit: Unit, settings, base: dict) -> dict:
+    """Fit and score one unit; its CSV row, ``failed`` with the reason when the data, split or fit fails.
+
+    Every method of a (dataset, seed) makes the identical split and scaler here: both are seeded.
+    """
+    row = {**base, "dataset": unit.path.stem, "seed": unit.seed, "method": unit.method}
+    try:
+        X, y = load_npz(unit.path)
+        split = make_split(y, unit.setting, unit.split, unit.seed)
+        scaler = Scaler.fit(X[split.scaler_idx], settings.data.scale_discrete)
+    except (DataError, ValueError) as e:  # unreadable file, SplitError, or data the scaler cannot use
+        return {**row, "status": "failed", "error": str(e)}
+    row.update(n_rows=split.n_rows, n_train=len(split.train_idx), n_test=len(split.test_idx),
+               n_test_anomalies=int(split.y_test.sum()), d=X.shape[1])
+    try:
+        r = fit_score(unit.method, X[split.train_idx], X[split.test_idx], scaler, settings, unit.seed)
+        met = detection_metrics(split.y_test, r.scores)
+        return {**row, "status": "ok", "error": "", **met, "fit_s": r.fit_seconds, "score_s": r.score_seconds,
+                "fit_cpu_s": r.fit_cpu_seconds, **r.info}
+    except Exception as e:  # one failed run must not stop the grid; the reason goes in the CSV
+        msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
+        tqdm.write(f"{unit.path.stem} seed {unit.seed} {unit.method} failed: {msg}\n{traceback.format_exc(limit=3)}")
+        return {**row, "status": "failed", "error": msg}
+
+
+def _worker_threads(threads: int) -> None:
+    """A pool worker's CPU share: torch's and every BLAS / OpenMP pool's threads (several jobs on few cores
+    must not each start one thread per core)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
+
+
+def _pool(units: list[Unit], settings, base: dict, jobs: int):
+    """(unit, row) as each finishes, ``jobs`` at a time in fresh (spawned) processes.
+
+    Each worker gets ``train.threads`` torch threads, or the cores shared out (at least one): on small
+    networks two one-thread runs side by side finish sooner than two-thread runs one after the other.
+    The runs that train a network go first, the largest data first, so no long run starts last. A
+    worker that dies (out of memory, a signal) fails its run and the rest, which a re-run retries.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    threads = settings.train.threads or max(1, (os.cpu_count() or 1) // jobs)
+    units = sorted(units, key=lambda u: (u.method in BASELINES, -u.path.stat().st_size))
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_threads,
+                             initargs=(threads,)) as pool:
+        futures = {pool.submit(run_unit, u, settings, base): u for u in units}
+        try:
+            for fut in as_completed(futures):
+                u = futures[fut]
+                try:
+                    yield u, fut.result()
+                except BrokenProcessPool as e:
+                    yield u, {**base, "dataset": u.path.stem, "seed": u.seed, "method": u.method, "status": "failed",
+                              "error": f"the worker process died ({e}); re-run to retry"}
+        except BaseException:  # Ctrl-C: drop what has not started, let the running ones end with their processes
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _run_pending(spec: BenchSpec, settings, progress: bool, jobs: int) -> list[dict]:
     paths = dataset_paths(spec.data_dir, spec.datasets)
     cfg = config_id(settings)
     base = {"setting": spec.setting, "split": spec.split, "profile": settings.train.profile, "config": cfg}
@@ -170,50 +253,21 @@ def _run_pending(spec: BenchSpec, settings, progress: bool) -> list[dict]:
     # Failed runs of this spec are dropped and retried; everything else in the CSV is kept.
     rows = [r for r in rows if r["status"] == "ok" or key_of(r) not in wanted]
     _write_rows(spec.csv_path, rows)
-    pending = [(p, s, m) for p in paths for s in spec.seeds for m in spec.methods
+    pending = [Unit(p, s, m, spec.setting, spec.split) for p in paths for s in spec.seeds for m in spec.methods
                if (p.stem, spec.setting, spec.split, cfg, s, m) not in done]
     bar = tqdm(total=len(pending), disable=not progress, desc="adbench", unit="run")
     with open(spec.csv_path, "a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-
-        def emit(row: dict) -> None:
+        if jobs > 1 and len(pending) > 1:
+            finished = _pool(pending, settings, base, min(jobs, len(pending)))
+        else:
+            finished = ((u, run_unit(u, settings, base)) for u in pending)
+        for u, row in finished:
             writer.writerow({k: _fmt(v) for k, v in row.items()})
             f.flush()
             rows.append({k: str(_fmt(v)) for k, v in row.items()})
+            bar.set_postfix_str(f"{short_name(u.path.stem)} s{u.seed} {u.method}")
             bar.update(1)
-
-        by_ds: dict[Path, dict[int, list[str]]] = {}
-        for p, s, m in pending:
-            by_ds.setdefault(p, {}).setdefault(s, []).append(m)
-        for p, seeds in by_ds.items():
-            try:
-                X, y = load_npz(p)
-            except DataError as e:
-                for s, ms in seeds.items():
-                    for m in ms:
-                        emit({**base, "dataset": p.stem, "seed": s, "method": m, "status": "failed", "error": str(e)})
-                continue
-            for s, ms in seeds.items():
-                try:
-                    split = make_split(y, spec.setting, spec.split, s)
-                    scaler = Scaler.fit(X[split.scaler_idx], settings.data.scale_discrete)
-                except ValueError as e:  # SplitError, or data the scaler cannot use
-                    for m in ms:
-                        emit({**base, "dataset": p.stem, "seed": s, "method": m, "status": "failed", "error": str(e)})
-                    continue
-                common = {**base, "dataset": p.stem, "seed": s, "n_rows": split.n_rows, "n_train": len(split.train_idx),
-                          "n_test": len(split.test_idx), "n_test_anomalies": int(split.y_test.sum()), "d": X.shape[1]}
-                for m in ms:
-                    bar.set_postfix_str(f"{short_name(p.stem)} s{s} {m}")
-                    try:
-                        r = fit_score(m, X[split.train_idx], X[split.test_idx], scaler, settings, s)
-                        met = detection_metrics(split.y_test, r.scores)
-                        emit({**common, "method": m, "status": "ok", "error": "", **met, "fit_s": r.fit_seconds,
-                              "score_s": r.score_seconds, "fit_cpu_s": r.fit_cpu_seconds, **r.info})
-                    except Exception as e:  # one failed run must not stop the grid; the reason goes in the CSV
-                        msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
-                        tqdm.write(f"{p.stem} seed {s} {m} failed: {msg}\n{traceback.format_exc(limit=3)}")
-                        emit({**common, "method": m, "status": "failed", "error": msg})
     bar.close()
     return [r for r in rows if key_of(r) in wanted]
 
