@@ -161,3 +161,47 @@ def test_jobs_below_one_is_refused_in_one_line(data_dir, tmp_path, capsys):
     code = main(["bench", "adbench", "--data-dir", str(data_dir), "--methods", "knn", "--jobs", "0", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and "--jobs must be at least 1" in err and "Traceback" not in err
+
+
+def _group(pgid: int, marker: str) -> list[int]:
+    """Live processes of process group ``pgid`` whose command line holds ``marker`` (from /proc: no procps)."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid and marker in open(f"/proc/{entry}/cmdline").read():
+                    found.append(int(entry))
+            except (ProcessLookupError, FileNotFoundError, PermissionError):
+                pass
+    return found
+
+
+def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
+    """Ctrl-C (SIGINT to the foreground group: the bench and its workers) ends ``--jobs 2`` within seconds,
+    exit 130, no traceback, no worker left running; runs already written stay in the CSV."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}  # long runs: both workers are mid-run at the signal
+    cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
+           "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
+    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as an interactive shell leaves it
+    try:
+        time.sleep(10)  # spawned, imported, training
+        assert len(_group(p.pid, "spawn_main")) == 2, "both workers should be running"
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert time.monotonic() - t0 < 10
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and "kdsm bench: interrupted" in err and "Traceback" not in err, err
+    time.sleep(0.5)
+    assert not _group(p.pid, "spawn_main"), "workers left running"

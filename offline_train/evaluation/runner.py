@@ -203,12 +203,16 @@ def run_unit(unit: Unit, settings, base: dict) -> dict:
         return {**row, "status": "failed", "error": msg}
 
 
-def _worker_threads(threads: int) -> None:
-    """A pool worker's CPU share: torch's and every BLAS / OpenMP pool's threads (several jobs on few cores
-    must not each start one thread per core)."""
+def _worker_init(threads: int) -> None:
+    """A pool worker: its CPU share, torch's and every BLAS / OpenMP pool's threads (several jobs on few
+    cores must not each start one thread per core). Ctrl-C is left to the bench process, which stops the
+    workers: a worker would turn the KeyboardInterrupt into its run's result and take the next run."""
+    import signal
+
     import torch
     from threadpoolctl import threadpool_limits
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     threadpool_limits(threads)
 
@@ -227,7 +231,7 @@ def _pool(units: list[Unit], settings, base: dict, jobs: int):
 
     threads = settings.train.threads or max(1, (os.cpu_count() or 1) // jobs)
     units = sorted(units, key=lambda u: (u.method in BASELINES, -u.path.stat().st_size))
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_threads,
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
                              initargs=(threads,)) as pool:
         futures = {pool.submit(run_unit, u, settings, base): u for u in units}
         try:
@@ -238,8 +242,10 @@ def _pool(units: list[Unit], settings, base: dict, jobs: int):
                 except BrokenProcessPool as e:
                     yield u, {**base, "dataset": u.path.stem, "seed": u.seed, "method": u.method, "status": "failed",
                               "error": f"the worker process died ({e}); re-run to retry"}
-        except BaseException:  # Ctrl-C: drop what has not started, let the running ones end with their processes
-            pool.shutdown(wait=False, cancel_futures=True)
+        except BaseException:  # Ctrl-C: drop what has not started, stop what runs (its row is not written)
+            for worker in multiprocessing.active_children():
+                worker.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
 
 
