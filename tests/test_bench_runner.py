@@ -205,3 +205,16 @@ def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
     assert p.returncode == 130 and "kdsm bench: interrupted" in err and "Traceback" not in err, err
     time.sleep(0.5)
     assert not _group(p.pid, "spawn_main"), "workers left running"
+
+
+def test_run_json_counts_the_workers_cpu(tmp_path, monkeypatch, capsys):
+    """With ``--jobs 2`` the runs' CPU is spent in the workers: run.json's cpu_seconds must include it."""
+    for k, v in {**TINY, "KDSM_TRAIN__STEPS": "1500"}.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "o"
+    argv = ["bench", "adbench", "--data-dir", str(ADBENCH), "--methods", "kdsm,dsm", "--jobs", "2", "--out", str(out)]
+    assert main(argv) == 0
+    rows = read_rows(out / "results.csv")
+    assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
+    info = json.loads((out / "run.json").read_text())[-1]
+    assert info["jobs"] == 2 and info["cpu_seconds"] >= sum(float(r["fit_cpu_s"]) for r in rows) > 0

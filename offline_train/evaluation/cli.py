@@ -105,6 +105,12 @@ def _compare(a) -> int:
     return 0
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (the workers of ``--jobs``)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _run(a, settings_cls) -> int:
     from .report import find_reference, load_reference, markdown_tables, plot
     from .runner import BenchSpec, config_id, run_bench
@@ -127,10 +133,10 @@ def _run(a, settings_cls) -> int:
             "machine": machine_info(), "config": config_id(settings), "profile": settings.train.profile,
             "settings": json.loads(settings.model_dump_json(include={"sigma", "model", "ema", "train", "data"})),
             "jobs": a.jobs, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), _cpu_seconds()
     rows = run_bench(spec, settings, progress=sys.stderr.isatty() or bool(os.environ.get("KDSM_BENCH_PROGRESS")),
                      jobs=a.jobs)
-    info.update(wall_seconds=round(time.perf_counter() - t0, 1), cpu_seconds=round(time.process_time() - c0, 1),
+    info.update(wall_seconds=round(time.perf_counter() - t0, 1), cpu_seconds=round(_cpu_seconds() - c0, 1),
                 loadavg_end=list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                 finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     ref = load_reference(find_reference(spec.data_dir), a.setting)
