@@ -22,6 +22,7 @@ import traceback
 from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -178,16 +179,22 @@ class Unit:
     split: str
 
 
-def run_unit(unit: Unit, settings, base: dict) -> dict:
-    """Fit and score one unit; its CSV row, ``failed`` with the reason when the data, split or fit fails.
+@lru_cache(maxsize=1)
+def _prepared(path: Path, setting: str, split_mode: str, seed: int, scale_discrete: bool):
+    """(X, split, scaler) of one dataset and seed: read and split once for all its methods (they come in a row).
 
-    Every method of a (dataset, seed) makes the identical split and scaler here: both are seeded.
+    Every method of a (dataset, seed) gets the identical split and scaler: both are seeded.
     """
+    X, y = load_npz(path)
+    split = make_split(y, setting, split_mode, seed)
+    return X, split, Scaler.fit(X[split.scaler_idx], scale_discrete)
+
+
+def run_unit(unit: Unit, settings, base: dict) -> dict:
+    """Fit and score one unit; its CSV row, ``failed`` with the reason when the data, split or fit fails."""
     row = {**base, "dataset": unit.path.stem, "seed": unit.seed, "method": unit.method}
     try:
-        X, y = load_npz(unit.path)
-        split = make_split(y, unit.setting, unit.split, unit.seed)
-        scaler = Scaler.fit(X[split.scaler_idx], settings.data.scale_discrete)
+        X, split, scaler = _prepared(unit.path, unit.setting, unit.split, unit.seed, settings.data.scale_discrete)
     except (DataError, ValueError) as e:  # unreadable file, SplitError, or data the scaler cannot use
         return {**row, "status": "failed", "error": str(e)}
     row.update(n_rows=split.n_rows, n_train=len(split.train_idx), n_test=len(split.test_idx),
