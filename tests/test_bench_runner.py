@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,8 +170,6 @@ def test_jobs_below_one_is_refused_in_one_line(data_dir, tmp_path, capsys):
 
 def _group(pgid: int, marker: str) -> list[int]:
     """Live processes of process group ``pgid`` whose command line holds ``marker`` (from /proc: no procps)."""
-    import os
-
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -180,13 +183,7 @@ def _group(pgid: int, marker: str) -> list[int]:
 
 def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
     """Ctrl-C (SIGINT to the foreground group: the bench and its workers) ends ``--jobs 2`` within seconds,
-    exit 130, no traceback, no worker left running; runs already written stay in the CSV."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+    exit 130, no traceback, no worker left running."""
     env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}  # long runs: both workers are mid-run at the signal
     cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
            "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
