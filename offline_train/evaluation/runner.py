@@ -178,6 +178,10 @@ class Unit:
     setting: str
     split: str
 
+    def row(self, base: dict) -> dict:
+        """The start of this unit's CSV row: ``base`` (setting, split, profile, config) plus its own keys."""
+        return {**base, "dataset": self.path.stem, "seed": self.seed, "method": self.method}
+
 
 @lru_cache(maxsize=1)
 def _prepared(path: Path, setting: str, split_mode: str, seed: int, scale_discrete: bool):
@@ -192,7 +196,7 @@ def _prepared(path: Path, setting: str, split_mode: str, seed: int, scale_discre
 
 def run_unit(unit: Unit, settings, base: dict) -> dict:
     """Fit and score one unit; its CSV row, ``failed`` with the reason when the data, split or fit fails."""
-    row = {**base, "dataset": unit.path.stem, "seed": unit.seed, "method": unit.method}
+    row = unit.row(base)
     try:
         X, split, scaler = _prepared(unit.path, unit.setting, unit.split, unit.seed, settings.data.scale_discrete)
     except (DataError, ValueError) as e:  # unreadable file, SplitError, or data the scaler cannot use
@@ -247,8 +251,7 @@ def _pool(units: list[Unit], settings, base: dict, jobs: int):
                 try:
                     yield u, fut.result()
                 except BrokenProcessPool as e:
-                    yield u, {**base, "dataset": u.path.stem, "seed": u.seed, "method": u.method, "status": "failed",
-                              "error": f"the worker process died ({e}); re-run to retry"}
+                    yield u, {**u.row(base), "status": "failed", "error": f"the worker process died ({e}); re-run to retry"}
         except BaseException:  # Ctrl-C: drop what has not started, stop what runs (its row is not written)
             for worker in multiprocessing.active_children():
                 worker.terminate()
