@@ -215,3 +215,18 @@ def test_run_json_counts_the_workers_cpu(tmp_path, monkeypatch, capsys):
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     info = json.loads((out / "run.json").read_text())[-1]
     assert info["jobs"] == 2 and info["cpu_seconds"] >= sum(float(r["fit_cpu_s"]) for r in rows) > 0
+
+
+def test_cli_config_file_sets_the_default_method(tmp_path, monkeypatch):
+    """``--config``: the default method trains under the file's settings (env still overrides them)."""
+    for k, v in TINY.items():
+        if k != "KDSM_TRAIN__STEPS":
+            monkeypatch.setenv(k, v)
+    cfg = tmp_path / "core.yaml"
+    cfg.write_text("refine:\n  rounds: 0\ntrain:\n  steps: 30\n")
+    out = tmp_path / "bench"
+    argv = ["bench", "adbench", "--config", str(cfg), "--data-dir", str(ADBENCH), "--datasets", "45_wine",
+            "--methods", "default", "--setting", "unsup", "--out", str(out)]
+    assert main(argv) == 0
+    rows = read_rows(out / "results.csv")
+    assert [(r["method"], r["status"], r["steps"]) for r in rows] == [("default", "ok", "30")]

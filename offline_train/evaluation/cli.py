@@ -42,6 +42,8 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
                    help="paper = published protocol (small data resampled); clean = disjoint train/test (default paper)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
+    p.add_argument("--config", help="YAML config file for the default method (env KDSM_<SECTION>__<KEY> overrides it), "
+                                    "e.g. configs/contaminated-core.yaml")
     p.add_argument("--out", required=True, help="output folder (re-running resumes from its results.csv)")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at once, each in its own process with cores/jobs torch threads unless train.threads "
@@ -123,7 +125,7 @@ def _run(a, settings_cls) -> int:
         seeds = tuple(int(s) for s in _csv_list(a.seeds))
     except ValueError:
         raise ConfigError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
-    settings = load_settings(settings_cls)
+    settings = load_settings(settings_cls, a.config)
     if a.profile:
         settings.train.profile = a.profile
     spec = BenchSpec(Path(a.data_dir), Path(a.out), _csv_list(a.datasets) if a.datasets else None, tuple(methods),
