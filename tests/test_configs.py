@@ -120,3 +120,12 @@ def test_docs_configuration_reference_is_current():
     # the ops guide links the retraining guide and the streaming reference, which exist
     for link in re.findall(r"\]\(([\w.-]+\.md)", text):
         assert (ROOT / "docs" / link).is_file(), link
+
+
+def test_contaminated_core_profile_learns_the_core_for_a_quarter_of_the_budget():
+    s = load_settings(Settings, ROOT / "configs" / "contaminated-core.yaml")
+    default = Settings()
+    assert s.refine.enabled and s.refine.rounds == 0 and s.refine.start_keep == 0.5
+    assert s.score.isolation_forest and s.ema.enabled  # the default's blend and teacher
+    for n in (1000, 5000, 100_000):  # a quarter of the default's budget, bounds included
+        assert abs(s.train.budget(n) - default.train.budget(n) / 4) <= 1

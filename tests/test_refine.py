@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from offline_train.config import ModelConfig, OptimConfig, RefineConfig
+from offline_train.config import EMAConfig, ModelConfig, OptimConfig, RefineConfig, ScoreConfig
 from offline_train.detector import KDSM
 from offline_train.refine import Refinement, WarmStart
 
@@ -98,3 +98,17 @@ def test_rounds_ranked_by_the_blend_let_the_forest_overrule_a_poor_network():
     s = row_scores(net, by_blend._Zt)
     expected = lowest(Blend.fit(s, by_blend.warm_.scores_)(s, by_blend.warm_.scores_), by_blend.keep_)
     np.testing.assert_array_equal(kept_blend, expected)
+
+
+def test_without_rounds_the_network_learns_the_core_only():
+    """``rounds: 0`` (configs/contaminated-core.yaml): the planted rows stay out of what the network learns."""
+    X, planted = contaminated(0.20)
+    net_only = ScoreConfig(isolation_forest=False)
+    core = KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(rounds=0), score=net_only).fit(X)
+    every = KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(enabled=False),
+                 ema=EMAConfig(enabled=False), score=net_only).fit(X)
+    assert core.train_summary_.refine["rounds"] == 0 and core.train_summary_.steps == 400
+    s_core, s_every = core.decision_function(X), every.decision_function(X)
+    assert np.quantile(s_core[planted], 0.05) > np.quantile(s_core[~planted], 0.95)
+    # Learnt from every row, the planted rows are part of the density: they score far lower against the inliers.
+    assert np.median(s_core[planted]) / np.median(s_core[~planted]) > 2 * np.median(s_every[planted]) / np.median(s_every[~planted])
