@@ -1,0 +1,56 @@
+"""Mean AUC-PR / AUC-ROC of score variants from variants.py's npz files (reads labels: report only).
+
+    python3 docs/results/ablation_snapshots/report.py DIR BASELINE_RESULTS_CSV [-v]
+
+BASELINE_RESULTS_CSV: a committed bench results.csv of the same setting and split, for IForest's row.
+"""
+import sys, csv, glob, statistics as st
+from pathlib import Path
+import numpy as np
+from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
+sys.path.insert(0, "/work/main")
+from offline_train.blend import Blend
+
+d_in, base_csv = sys.argv[1], sys.argv[2]
+ifo = {}
+for r in csv.DictReader(open(base_csv)):
+    if r["method"] == "iforest" and r["status"] == "ok":
+        ifo[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
+
+def lg(x): return np.log(np.asarray(x, np.float64) + 1e-12)
+def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in names], axis=0))
+def blended(d, net_tr, net_te):
+    b = Blend.fit(net_tr, d["forest_train"]); return b(net_te, d["forest_test"])
+
+def variants(d):
+    v = {"default (blend, student)": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+    have = lambda *ns: all(f"{n}_test" in d for n in ns)
+    if have("teacher"):
+        v["teacher alone"] = d["teacher_test"]
+        v["blend, teacher"] = blended(d, d["teacher_train"], d["teacher_test"])
+        v["blend, geo(student, teacher)"] = blended(d, geo(d, ["net", "teacher"], "train"), geo(d, ["net", "teacher"], "test"))
+    if have("snap0", "snap1", "snap2"):
+        for names in (["snap0"], ["snap1"], ["snap2"], ["snap0", "snap1", "snap2", "net"], ["snap1", "snap2", "net"]):
+            v["blend, geo(" + ",".join(names) + ")"] = blended(d, geo(d, names, "train"), geo(d, names, "test"))
+        v["network geo(snap0..net)"] = geo(d, ["snap0", "snap1", "snap2", "net"], "test")
+    return v
+
+rows = {}
+for f in sorted(glob.glob(f"{d_in}/*.npz")):
+    d = dict(np.load(f)); name = Path(f).stem
+    ds, seed = name.rsplit("_", 3)[0], int(name.rsplit("_", 1)[1])
+    for k, s in variants(d).items():
+        rows.setdefault(k, {})[(ds, seed)] = (ap(d["y_test"], s), roc(d["y_test"], s))
+keys = sorted(rows["default (blend, student)"])
+print(f"{len(keys)} dataset-seeds; IForest on the same: "
+      f"{st.mean(ifo[k][0] for k in keys):.3f} / {st.mean(ifo[k][1] for k in keys):.3f}")
+for k, r in rows.items():
+    ks = [x for x in keys if x in r]
+    pr = st.mean(r[x][0] for x in ks); rc = st.mean(r[x][1] for x in ks)
+    a0 = sum(round(r[x][0], 3) > round(ifo[x][0], 3) for x in ks)  # as the bench tables: 3 decimals
+    a1 = sum(round(r[x][1], 3) > round(ifo[x][1], 3) for x in ks)
+    print(f"{k:40s} {pr:.3f} / {rc:.3f}   ahead of IForest {a0}/{a1} of {len(ks)}")
+if "-v" in sys.argv:
+    print("AUC-PR per dataset, columns in the order of the rows above")
+    for x in keys:
+        print(x, " ".join(f"{rows[k][x][0]:.3f}" for k in rows if x in rows[k]))
