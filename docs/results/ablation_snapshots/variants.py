@@ -17,10 +17,8 @@ import offline_train.detector as D
 from offline_train.refine import Refinement
 from offline_train.config import TrainSettings
 from offline_train.evaluation.methods import make_kdsm
-from offline_train.evaluation.protocol import make_split
-from offline_train.evaluation.runner import dataset_paths
+from offline_train.evaluation.runner import _prepared, dataset_paths
 from offline_train.data import load_npz
-from offline_train.scaler import Scaler
 
 captured = {}
 def deepcopy(obj, memo=None):
@@ -46,19 +44,15 @@ D.Refinement = SnapRefinement
 setting, split_mode, seed, wi, wn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 out = Path(sys.argv[6]); out.mkdir(parents=True, exist_ok=True)
 only = set(sys.argv[7].split(",")) if len(sys.argv) > 7 else None
-paths = dataset_paths(Path(os.environ.get("ADBENCH", "../shared/data/adbench")))
-if only: paths = [p for p in paths if p.stem in only]
-sizes = sorted(paths, key=lambda p: -np.load(p)["X"].size)
-mine = [p for i, p in enumerate(sizes) if i % wn == wi]
+paths = [p for p in dataset_paths(Path(os.environ.get("ADBENCH", "../shared/data/adbench"))) if not only or p.stem in only]
 settings = TrainSettings()
-for p in mine:
+for p in sorted(paths, key=lambda p: -np.load(p)["X"].size)[wi::wn]:  # largest first, every wn-th to this worker
     f = out / f"{p.stem}_{setting}_{split_mode}_{seed}.npz"
     if f.exists():
         continue
     captured.clear()
-    X, y = load_npz(p)
-    sp = make_split(y, setting, split_mode, seed)
-    sc = Scaler.fit(X[sp.scaler_idx], settings.data.scale_discrete)
+    X, sp, sc = _prepared(p, setting, split_mode, seed, settings.data.scale_discrete)  # the bench's split and scaler
+    y = load_npz(p)[1]  # the training rows' labels, for the report only
     Xtr, Xte = X[sp.train_idx], X[sp.test_idx]
     t0 = time.time()
     det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc)
