@@ -87,10 +87,12 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     log(f"trained: {ts.steps} steps in {ts.seconds:.1f}s ({ts.steps_per_second} steps/s, {ts.precision}, {ts.device})"
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
     if ts.refine:
-        log(f"refined: contamination estimate {ts.refine['contamination_estimate']:.1%} (isolation forest); "
-            f"warm start on the {ts.refine['start_keep']:.0%} core, then {ts.refine['rounds']} rounds on the "
-            f"{ts.refine['keep']:.1%} of rows the " + ("blend" if ts.refine.get("rank") == "blend" else "network")
-            + " finds most normal")
+        r = ts.refine
+        rounds = (f"then {r['rounds']} rounds on the {r['keep']:.1%} of rows the "
+                  + ("blend" if r.get("rank") == "blend" else "network") + " finds most normal") if r["rounds"] \
+            else "no rounds: the network learns the core only"
+        log(f"refined: contamination estimate {r['contamination_estimate']:.1%} (isolation forest); "
+            f"warm start on the {r['start_keep']:.0%} core, {rounds}")
     if det.blend_ is not None:
         log("score: the blend of the network's score and an isolation forest's (score.isolation_forest; "
             "alerts carry both parts, explanations come from the network)")

@@ -42,8 +42,9 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
                    help="paper = published protocol (small data resampled); clean = disjoint train/test (default paper)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
-    p.add_argument("--config", help="YAML config file for the default method (env KDSM_<SECTION>__<KEY> overrides it), "
-                                    "e.g. configs/contaminated-core.yaml")
+    p.add_argument("--config", help="YAML config file, e.g. configs/contaminated-core.yaml (env KDSM_<SECTION>__<KEY> "
+                                    "overrides it): the default method trains under it, the published methods under "
+                                    "its model, sigma and train sections")
     p.add_argument("--out", required=True, help="output folder (re-running resumes from its results.csv)")
     p.add_argument("--jobs", type=int, default=1,
                    help="runs at once, each in its own process with cores/jobs torch threads unless train.threads "
