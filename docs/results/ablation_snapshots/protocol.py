@@ -1,8 +1,11 @@
-"""The issue's protocol for the default and the quarter-core network (snap0), from variants.py's files.
+"""Seed-averaged means of the default and the quarter-core network (snap0), from variants.py's files.
 
-Seed 0 on every dataset plus seeds 1-2 on the 11 under 1000 rows: mean over datasets of each dataset's
-mean over its seeds; IForest from committed bench rows of the same splits (reads labels: report only).
-    python3 docs/results/ablation_snapshots/protocol.py runs/snap runs/snap_small IFOREST_CSV [IFOREST_CSV ...]
+Mean over datasets of each dataset's mean over the seeds it has files for (the issue's protocol: seed 0
+everywhere, seeds 1-2 on the 11 datasets under 1000 rows). IForest from committed bench rows of the same
+splits where there are some, else the blend's own forest part, which is PyOD's IForest with the same seed
+(equal to the third decimal on all 26 datasets at seed 0: "forest alone" in unsup_paper_seed0.txt).
+Reads labels: report only.
+    python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] IFOREST_CSV [IFOREST_CSV ...]
 """
 import csv, glob, sys
 from collections import defaultdict
@@ -10,13 +13,15 @@ import numpy as np
 from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
 from offline_train.blend import Blend
 
-dirs, csvs = sys.argv[1:3], sys.argv[3:]
+dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
+csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]
 ifo = {}
 for c in csvs:
     for r in csv.DictReader(open(c)):
         if r["method"] == "iforest" and r["status"] == "ok":
             ifo[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
 per = defaultdict(lambda: defaultdict(list))
+seeds_of = defaultdict(list)  # the seed of each entry of per[k][ds], in order
 for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):
     stem = f.rsplit("/", 1)[1][:-4]
     ds, seed = stem.rsplit("_", 3)[0], int(stem.rsplit("_", 1)[1])
@@ -25,9 +30,18 @@ for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):
     s0 = Blend.fit(d["snap0_train"], d["forest_train"])(d["snap0_test"], d["forest_test"])
     per["default"][ds].append((ap(y, d["blend_test"]), roc(y, d["blend_test"])))
     per["quarter core (snap0)"][ds].append((ap(y, s0), roc(y, s0)))
-    per["iforest"][ds].append(ifo[(ds, seed)])
+    seeds_of[ds].append(seed)
+    per["iforest"][ds].append(ifo.get((ds, seed)) or (ap(y, d["forest_test"]), roc(y, d["forest_test"])))
 m = {k: {ds: np.mean(v, 0) for ds, v in per[k].items()} for k in per}
 for k in m:
     mean = np.mean(list(m[k].values()), 0)
     ahead = [sum(round(m[k][ds][i], 3) > round(m["iforest"][ds][i], 3) for ds in m[k]) for i in (0, 1)]
-    print(f"{k:22s} {len(m[k])} datasets  {mean[0]:.3f} / {mean[1]:.3f}  ahead of IForest {ahead[0]} / {ahead[1]}")
+    print(f"{k:22s} {len(m[k])} datasets, {sum(map(len, per[k].values()))} runs  {mean[0]:.3f} / {mean[1]:.3f}  "
+          f"ahead of IForest {ahead[0]} / {ahead[1]}")
+# Per seed, where a seed has every dataset: the means of that seed alone.
+for seed in sorted({x for v in seeds_of.values() for x in v}):
+    if all(seed in v for v in seeds_of.values()):
+        at = {ds: v.index(seed) for ds, v in seeds_of.items()}
+        line = "  ".join(f"{k} {np.mean([per[k][ds][j][0] for ds, j in at.items()]):.3f} / "
+                         f"{np.mean([per[k][ds][j][1] for ds, j in at.items()]):.3f}" for k in per)
+        print(f"seed {seed}, {len(at)} datasets: {line}")
