@@ -88,9 +88,11 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
         + (f", EMA filtered {ts.filtered_fraction:.1%} of rows" if ts.filtered_fraction is not None else ""))
     if ts.refine:
         r = ts.refine
-        rounds = (f"then {r['rounds']} rounds on the {r['keep']:.1%} of rows the "
-                  + ("blend" if r.get("rank") == "blend" else "network") + " finds most normal") if r["rounds"] \
-            else "no rounds: the network learns the core only"
+        if r["rounds"]:
+            ranker = "blend" if r.get("rank") == "blend" else "network"
+            rounds = f"then {r['rounds']} rounds on the {r['keep']:.1%} of rows the {ranker} finds most normal"
+        else:
+            rounds = "no rounds: the network learns the core only"
         log(f"refined: contamination estimate {r['contamination_estimate']:.1%} (isolation forest); "
             f"warm start on the {r['start_keep']:.0%} core, {rounds}")
     if det.blend_ is not None:
