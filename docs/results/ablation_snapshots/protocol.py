@@ -7,27 +7,22 @@ splits where there are some, else the blend's own forest part, which is PyOD's I
 Reads labels: report only.
     python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] IFOREST_CSV [IFOREST_CSV ...]
 """
-import csv, glob, sys
+import glob, sys
 from collections import defaultdict
 import numpy as np
 from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
-from offline_train.blend import Blend
+from report import blended, dataset_seed, iforest_rows
 
 dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
 csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]
-ifo = {}
-for c in csvs:
-    for r in csv.DictReader(open(c)):
-        if r["method"] == "iforest" and r["status"] == "ok":
-            ifo[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
+ifo = iforest_rows(csvs)
 per = defaultdict(lambda: defaultdict(list))
 seeds_of = defaultdict(list)  # the seed of each entry of per[k][ds], in order
 for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):
-    stem = f.rsplit("/", 1)[1][:-4]
-    ds, seed = stem.rsplit("_", 3)[0], int(stem.rsplit("_", 1)[1])
+    ds, seed = dataset_seed(f)
     d = np.load(f)
     y = d["y_test"]
-    s0 = Blend.fit(d["snap0_train"], d["forest_train"])(d["snap0_test"], d["forest_test"])
+    s0 = blended(d, d["snap0_train"], d["snap0_test"])
     per["default"][ds].append((ap(y, d["blend_test"]), roc(y, d["blend_test"])))
     per["quarter core (snap0)"][ds].append((ap(y, s0), roc(y, s0)))
     seeds_of[ds].append(seed)

@@ -4,18 +4,28 @@
 
 BASELINE_RESULTS_CSV: a committed bench results.csv of the same setting and split, for IForest's row.
 """
-import sys, csv, glob, statistics as st
+import csv, glob, statistics as st, sys
 from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
-sys.path.insert(0, "/work/main")
 from offline_train.blend import Blend
 
-d_in, base_csv = sys.argv[1], sys.argv[2]
-ifo = {}
-for r in csv.DictReader(open(base_csv)):
-    if r["method"] == "iforest" and r["status"] == "ok":
-        ifo[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
+
+def iforest_rows(paths) -> dict:
+    """{(dataset, seed): (AUC-PR, AUC-ROC)} of IForest's ok rows in bench results.csv files."""
+    rows = {}
+    for p in paths:
+        for r in csv.DictReader(open(p)):
+            if r["method"] == "iforest" and r["status"] == "ok":
+                rows[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
+    return rows
+
+
+def dataset_seed(path) -> tuple[str, int]:
+    """(dataset, seed) of a variants.py file named DATASET_SETTING_SPLIT_SEED.npz."""
+    stem = Path(path).stem
+    return stem.rsplit("_", 3)[0], int(stem.rsplit("_", 1)[1])
+
 
 def lg(x): return np.log(np.asarray(x, np.float64) + 1e-12)
 def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in names], axis=0))
@@ -35,22 +45,24 @@ def variants(d):
         v["network geo(snap0..net)"] = geo(d, ["snap0", "snap1", "snap2", "net"], "test")
     return v
 
-rows = {}
-for f in sorted(glob.glob(f"{d_in}/*.npz")):
-    d = dict(np.load(f)); name = Path(f).stem
-    ds, seed = name.rsplit("_", 3)[0], int(name.rsplit("_", 1)[1])
-    for k, s in variants(d).items():
-        rows.setdefault(k, {})[(ds, seed)] = (ap(d["y_test"], s), roc(d["y_test"], s))
-keys = sorted(rows["default (blend, student)"])
-print(f"{len(keys)} dataset-seeds; IForest on the same: "
-      f"{st.mean(ifo[k][0] for k in keys):.3f} / {st.mean(ifo[k][1] for k in keys):.3f}")
-for k, r in rows.items():
-    ks = [x for x in keys if x in r]
-    pr = st.mean(r[x][0] for x in ks); rc = st.mean(r[x][1] for x in ks)
-    a0 = sum(round(r[x][0], 3) > round(ifo[x][0], 3) for x in ks)  # as the bench tables: 3 decimals
-    a1 = sum(round(r[x][1], 3) > round(ifo[x][1], 3) for x in ks)
-    print(f"{k:40s} {pr:.3f} / {rc:.3f}   ahead of IForest {a0}/{a1} of {len(ks)}")
-if "-v" in sys.argv:
-    print("AUC-PR per dataset, columns in the order of the rows above")
-    for x in keys:
-        print(x, " ".join(f"{rows[k][x][0]:.3f}" for k in rows if x in rows[k]))
+if __name__ == "__main__":
+    d_in, ifo = sys.argv[1], iforest_rows([sys.argv[2]])
+    rows = {}
+    for f in sorted(glob.glob(f"{d_in}/*.npz")):
+        d = dict(np.load(f))
+        ds, seed = dataset_seed(f)
+        for k, s in variants(d).items():
+            rows.setdefault(k, {})[(ds, seed)] = (ap(d["y_test"], s), roc(d["y_test"], s))
+    keys = sorted(rows["default (blend, student)"])
+    print(f"{len(keys)} dataset-seeds; IForest on the same: "
+          f"{st.mean(ifo[k][0] for k in keys):.3f} / {st.mean(ifo[k][1] for k in keys):.3f}")
+    for k, r in rows.items():
+        ks = [x for x in keys if x in r]
+        pr = st.mean(r[x][0] for x in ks); rc = st.mean(r[x][1] for x in ks)
+        a0 = sum(round(r[x][0], 3) > round(ifo[x][0], 3) for x in ks)  # as the bench tables: 3 decimals
+        a1 = sum(round(r[x][1], 3) > round(ifo[x][1], 3) for x in ks)
+        print(f"{k:40s} {pr:.3f} / {rc:.3f}   ahead of IForest {a0}/{a1} of {len(ks)}")
+    if "-v" in sys.argv:
+        print("AUC-PR per dataset, columns in the order of the rows above")
+        for x in keys:
+            print(x, " ".join(f"{rows[k][x][0]:.3f}" for k in rows if x in rows[k]))
