@@ -4,6 +4,7 @@ Mean over datasets of each dataset's mean over the seeds it has files for (the i
 everywhere, seeds 1-2 on the 11 datasets under 1000 rows). IForest from committed bench rows of the same
 splits where there are some, else the blend's own forest part, which is PyOD's IForest with the same seed
 (equal to the third decimal on all 26 datasets at seed 0: "forest alone" in unsup_paper_seed0.txt).
+ECOD, KNN and LOF are reported too where the CSVs have their rows for every dataset and seed of the files.
 Reads labels: report only.
     python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] IFOREST_CSV [IFOREST_CSV ...]
 """
@@ -16,6 +17,7 @@ from report import blended, dataset_seed, iforest_rows
 dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
 csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]
 ifo = iforest_rows(csvs)
+others = {m: iforest_rows(csvs, m) for m in ("ecod", "knn", "lof")}
 per = defaultdict(lambda: defaultdict(list))
 seeds_of = defaultdict(list)  # the seed of each entry of per[k][ds], in order
 for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):
@@ -27,6 +29,13 @@ for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):
     per["quarter core (snap0)"][ds].append((ap(y, s0), roc(y, s0)))
     seeds_of[ds].append(seed)
     per["iforest"][ds].append(ifo.get((ds, seed)) or (ap(y, d["forest_test"]), roc(y, d["forest_test"])))
+    for m, rows in others.items():
+        if (ds, seed) in rows:
+            per[m][ds].append(rows[(ds, seed)])
+n_runs = sum(map(len, per["default"].values()))
+for m in others:  # a baseline missing some dataset-seed would be averaged over other runs: leave it out
+    if sum(map(len, per[m].values())) != n_runs:
+        per.pop(m, None)
 m = {k: {ds: np.mean(v, 0) for ds, v in per[k].items()} for k in per}
 for k in m:
     mean = np.mean(list(m[k].values()), 0)

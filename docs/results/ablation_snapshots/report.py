@@ -11,12 +11,12 @@ from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
 from offline_train.blend import Blend
 
 
-def iforest_rows(paths) -> dict:
-    """{(dataset, seed): (AUC-PR, AUC-ROC)} of IForest's ok rows in bench results.csv files."""
+def iforest_rows(paths, method: str = "iforest") -> dict:
+    """{(dataset, seed): (AUC-PR, AUC-ROC)} of a baseline's ok rows (IForest unless named) in bench results.csv files."""
     rows = {}
     for p in paths:
         for r in csv.DictReader(open(p)):
-            if r["method"] == "iforest" and r["status"] == "ok":
+            if r["method"] == method and r["status"] == "ok":
                 rows[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
     return rows
 
@@ -32,6 +32,16 @@ def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in na
 def blended(d, net_tr, net_te):
     b = Blend.fit(net_tr, d["forest_train"]); return b(net_te, d["forest_test"])
 
+def max_z(d, nets):
+    """Larger z-score of several network snapshots (log scale) and the forest, moments of the training rows."""
+    zs = []
+    for n in nets:
+        tr, te = lg(d[f"{n}_train"]), lg(d[f"{n}_test"])
+        zs.append((te - tr.mean()) / (tr.std() + 1e-12))
+    f_tr, f_te = d["forest_train"], d["forest_test"]
+    zs.append((f_te - f_tr.mean()) / (f_tr.std() + 1e-12))
+    return np.max(zs, axis=0)
+
 def variants(d):
     v = {"default (blend, student)": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
     have = lambda *ns: all(f"{n}_test" in d for n in ns)
@@ -42,6 +52,8 @@ def variants(d):
     if have("snap0", "snap1", "snap2"):
         for names in (["snap0"], ["snap1"], ["snap2"], ["snap0", "snap1", "snap2", "net"], ["snap1", "snap2", "net"]):
             v["blend, geo(" + ",".join(names) + ")"] = blended(d, geo(d, names, "train"), geo(d, names, "test"))
+        v["max z(snap0, net, forest)"] = max_z(d, ["snap0", "net"])
+        v["max z(snap0, forest)"] = max_z(d, ["snap0"])
         v["network geo(snap0..net)"] = geo(d, ["snap0", "snap1", "snap2", "net"], "test")
     return v
 
