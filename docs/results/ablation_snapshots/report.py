@@ -1,8 +1,9 @@
 """Mean AUC-PR / AUC-ROC of score variants from variants.py's npz files (reads labels: report only).
 
-    python3 docs/results/ablation_snapshots/report.py DIR BASELINE_RESULTS_CSV [-v]
+    python3 docs/results/ablation_snapshots/report.py DIR BASELINE_RESULTS_CSV [BASELINE_RESULTS_CSV ...] [-v]
 
-BASELINE_RESULTS_CSV: a committed bench results.csv of the same setting and split, for IForest's row.
+BASELINE_RESULTS_CSV: committed bench results.csv files of the same setting and split, for IForest's rows (every
+dataset-seed of DIR's files needs one).
 """
 import csv, glob, statistics as st, sys
 from pathlib import Path
@@ -32,14 +33,20 @@ def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in na
 def blended(d, net_tr, net_te):
     b = Blend.fit(net_tr, d["forest_train"]); return b(net_te, d["forest_test"])
 
-def max_z(d, nets):
+def standardise(tr, te, how="mean"):
+    """te on the scale of tr: mean and standard deviation, or the robust median with MAD or IQR."""
+    if how == "mean":
+        return (te - tr.mean()) / (tr.std() + 1e-12)
+    med = np.median(tr)
+    if how == "mad":
+        return (te - med) / (1.4826 * np.median(np.abs(tr - med)) + 1e-12)
+    q1, q3 = np.percentile(tr, [25, 75])
+    return (te - med) / ((q3 - q1) / 1.349 + 1e-12)
+
+def max_z(d, nets, how="mean"):
     """Larger z-score of several network snapshots (log scale) and the forest, moments of the training rows."""
-    zs = []
-    for n in nets:
-        tr, te = lg(d[f"{n}_train"]), lg(d[f"{n}_test"])
-        zs.append((te - tr.mean()) / (tr.std() + 1e-12))
-    f_tr, f_te = d["forest_train"], d["forest_test"]
-    zs.append((f_te - f_tr.mean()) / (f_tr.std() + 1e-12))
+    zs = [standardise(lg(d[f"{n}_train"]), lg(d[f"{n}_test"]), how) for n in nets]
+    zs.append(standardise(d["forest_train"], d["forest_test"], how))
     return np.max(zs, axis=0)
 
 def variants(d):
@@ -54,11 +61,14 @@ def variants(d):
             v["blend, geo(" + ",".join(names) + ")"] = blended(d, geo(d, names, "train"), geo(d, names, "test"))
         v["max z(snap0, net, forest)"] = max_z(d, ["snap0", "net"])
         v["max z(snap0, forest)"] = max_z(d, ["snap0"])
+        for how in ("mad", "iqr"):
+            v[f"max z(net, forest), {how}"] = max_z(d, ["net"], how)
+            v[f"max z(snap0, forest), {how}"] = max_z(d, ["snap0"], how)
         v["network geo(snap0..net)"] = geo(d, ["snap0", "snap1", "snap2", "net"], "test")
     return v
 
 if __name__ == "__main__":
-    d_in, ifo = sys.argv[1], iforest_rows([sys.argv[2]])
+    d_in, ifo = sys.argv[1], iforest_rows([a for a in sys.argv[2:] if a.endswith(".csv")])
     rows = {}
     for f in sorted(glob.glob(f"{d_in}/*.npz")):
         d = dict(np.load(f))
