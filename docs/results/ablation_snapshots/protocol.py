@@ -6,18 +6,18 @@ splits where there are some, else the blend's own forest part, which is PyOD's I
 (equal to the third decimal on all 26 datasets at seed 0: "forest alone" in unsup_paper_seed0.txt).
 ECOD, KNN and LOF are reported too where the CSVs have their rows for every dataset and seed of the files.
 Reads labels: report only.
-    python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] IFOREST_CSV [IFOREST_CSV ...]
+    python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] BASELINE_CSV [BASELINE_CSV ...]
 """
 import glob, sys
 from collections import defaultdict
 import numpy as np
 from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
-from report import blended, dataset_seed, iforest_rows
+from report import baseline_rows, blended, dataset_seed
 
 dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
 csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]
-ifo = iforest_rows(csvs)
-others = {m: iforest_rows(csvs, m) for m in ("ecod", "knn", "lof")}
+ifo = baseline_rows(csvs)
+others = {m: baseline_rows(csvs, m) for m in ("ecod", "knn", "lof")}
 per = defaultdict(lambda: defaultdict(list))
 seeds_of = defaultdict(list)  # the seed of each entry of per[k][ds], in order
 for f in sum((glob.glob(f"{d}/*.npz") for d in dirs), []):

@@ -12,7 +12,7 @@ from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
 from offline_train.blend import Blend
 
 
-def iforest_rows(paths, method: str = "iforest") -> dict:
+def baseline_rows(paths, method: str = "iforest") -> dict:
     """{(dataset, seed): (AUC-PR, AUC-ROC)} of a baseline's ok rows (IForest unless named) in bench results.csv files."""
     rows = {}
     for p in paths:
@@ -68,7 +68,7 @@ def variants(d):
     return v
 
 if __name__ == "__main__":
-    d_in, ifo = sys.argv[1], iforest_rows([a for a in sys.argv[2:] if a.endswith(".csv")])
+    d_in, ifo = sys.argv[1], baseline_rows([a for a in sys.argv[2:] if a.endswith(".csv")])
     rows = {}
     for f in sorted(glob.glob(f"{d_in}/*.npz")):
         d = dict(np.load(f))
