@@ -8,11 +8,14 @@ ECOD, KNN and LOF are reported too where the CSVs have their rows for every data
 Reads labels: report only.
     python3 docs/results/ablation_snapshots/protocol.py DIR [DIR ...] BASELINE_CSV [BASELINE_CSV ...]
 """
-import glob, sys
+import glob
+import sys
 from collections import defaultdict
+
 import numpy as np
-from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
 from report import baseline_rows, blended, dataset_seed
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
 
 dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
 csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]

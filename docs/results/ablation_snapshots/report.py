@@ -5,10 +5,16 @@
 BASELINE_RESULTS_CSV: committed bench results.csv files of the same setting and split, for IForest's rows (every
 dataset-seed of DIR's files needs one).
 """
-import csv, glob, statistics as st, sys
+import csv
+import glob
+import statistics as st
+import sys
 from pathlib import Path
+
 import numpy as np
-from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+
 from offline_train.blend import Blend
 
 
@@ -31,7 +37,7 @@ def dataset_seed(path) -> tuple[str, int]:
 def lg(x): return np.log(np.asarray(x, np.float64) + 1e-12)
 def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in names], axis=0))
 def blended(d, net_tr, net_te):
-    b = Blend.fit(net_tr, d["forest_train"]); return b(net_te, d["forest_test"])
+    return Blend.fit(net_tr, d["forest_train"])(net_te, d["forest_test"])
 
 def standardise(tr, te, how="mean"):
     """te on the scale of tr: mean and standard deviation, or the robust median with MAD or IQR."""
@@ -51,7 +57,10 @@ def max_z(d, nets, how="mean"):
 
 def variants(d):
     v = {"default (blend, student)": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
-    have = lambda *ns: all(f"{n}_test" in d for n in ns)
+
+    def have(*ns):
+        return all(f"{n}_test" in d for n in ns)
+
     if have("teacher"):
         v["teacher alone"] = d["teacher_test"]
         v["blend, teacher"] = blended(d, d["teacher_train"], d["teacher_test"])
@@ -80,7 +89,7 @@ if __name__ == "__main__":
           f"{st.mean(ifo[k][0] for k in keys):.3f} / {st.mean(ifo[k][1] for k in keys):.3f}")
     for k, r in rows.items():
         ks = [x for x in keys if x in r]
-        pr = st.mean(r[x][0] for x in ks); rc = st.mean(r[x][1] for x in ks)
+        pr, rc = st.mean(r[x][0] for x in ks), st.mean(r[x][1] for x in ks)
         a0 = sum(round(r[x][0], 3) > round(ifo[x][0], 3) for x in ks)  # as the bench tables: 3 decimals
         a1 = sum(round(r[x][1], 3) > round(ifo[x][1], 3) for x in ks)
         print(f"{k:40s} {pr:.3f} / {rc:.3f}   ahead of IForest {a0}/{a1} of {len(ks)}")
