@@ -273,8 +273,11 @@ class _YamlSource(PydanticBaseSettingsSource):
             data = yaml.safe_load(self.path.read_text()) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {self.path}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {self.path} is not valid YAML: {e}") from None
+        except yaml.YAMLError as e:  # one line: the problem and where, not PyYAML's quoted snippet
+            mark = getattr(e, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"config file {self.path} is not valid YAML{where}: {problem}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {self.path} must hold a mapping of sections")
         return data

@@ -84,7 +84,9 @@ def test_check_unreadable_files(tmp_path, capsys):
     broken = tmp_path / "broken.yaml"
     broken.write_text("kafka: [unclosed\n")
     assert main(["config", "check", str(broken)]) == 2
-    assert "not valid YAML" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err
+    assert len(err.strip().splitlines()) == 1 and "line 2" in err  # one line, saying where
 
 
 def test_check_warns_about_a_secret_in_the_file(tmp_path, capsys):
