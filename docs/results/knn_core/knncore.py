@@ -1,0 +1,104 @@
+"""A k-nearest-neighbour distance to the training core as a third score part (diagnosis only; reads labels).
+
+For each variants.py file (docs/results/ablation_snapshots/) it rebuilds the bench's split and scaler, fits a
+k-NN reference on a core of the standardised training rows and scores the test rows by the distance to their
+k-th nearest reference row, alone and combined with the default's two parts (the network's log score and the
+isolation forest's score, each a z-score over the training rows, as offline_train.blend does).
+
+Cores: ``netcore`` = the share 1 - (forest's contamination estimate) of training rows the trained network finds
+most normal (what the refinement keeps), ``fcore50`` = the warm start's core (the forest's least isolated half),
+``all`` = every training row (the KNN baseline). The reference is a seeded sample of at most 2048 core rows; a
+training row in the reference skips itself (its (k+1)-th neighbour), so training and test rows are scored alike.
+The knn part is standardised on the log scale (``log``) or as it is (``raw``).
+
+    python3 docs/results/knn_core/knncore.py SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]
+    python3 docs/results/knn_core/knncore.py summary OUT.json [OUT.json ...]    # means, as protocol.py takes them
+"""
+import glob
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+from sklearn.neighbors import NearestNeighbors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import dataset_seed, lg, standardise  # noqa: E402
+
+MAX_REF = 2048
+
+
+def kth_distance(Ztr, Zte, core, k, seed):
+    """k-th nearest distances of training rows (reference rows skip themselves) and test rows to a core sample."""
+    ref = core if len(core) <= MAX_REF else np.sort(np.random.default_rng(seed).choice(core, MAX_REF, replace=False))
+    k = min(k, len(ref) - 1)
+    nn = NearestNeighbors(n_neighbors=k + 1).fit(Ztr[ref])
+    d_tr = nn.kneighbors(Ztr, k + 1)[0]
+    in_ref = np.zeros(len(Ztr), bool)
+    in_ref[ref] = True
+    return np.where(in_ref, d_tr[:, k], d_tr[:, k - 1]), nn.kneighbors(Zte, k)[0][:, -1]
+
+
+def run(setting, split, out, dirs):
+    from offline_train.config import TrainSettings
+    from offline_train.evaluation.runner import _prepared
+
+    data = Path("../shared/data/adbench")
+    scale_discrete = TrainSettings().data.scale_discrete
+    res = {}
+    for f in sum((sorted(glob.glob(f"{d}/*.npz")) for d in dirs), []):
+        ds, seed = dataset_seed(f)
+        d = np.load(f)
+        X, sp, sc = _prepared(data / f"{ds}.npz", setting, split, seed, scale_discrete)
+        Ztr, Zte = np.clip(sc.transform(X[sp.train_idx]), -1e4, 1e4), np.clip(sc.transform(X[sp.test_idx]), -1e4, 1e4)
+        est = min(float(np.mean(d["forest_train"] > 0.5)), 0.5)  # the default's estimate (refine.max_drop 0.5)
+        n = len(Ztr)
+        cores = {"netcore": np.sort(np.argsort(d["net_train"], kind="stable")[: max(2, int(np.ceil(n * (1 - est))))]),
+                 "fcore50": np.sort(np.argsort(d["forest_train"], kind="stable")[: max(2, int(np.ceil(n * 0.5)))]),
+                 "all": np.arange(n)}
+        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
+        zf = standardise(d["forest_train"], d["forest_test"])
+        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"],
+             "mean(net,forest)": (zn + zf) / 2}
+        for cname, core in cores.items():
+            for k in (5, 10):
+                dtr, dte = kth_distance(Ztr, Zte, core, k, seed)
+                nm = f"k{k}/{cname}"
+                v[f"knn alone {nm}"] = dte
+                for how, tr, te in (("log", lg(dtr), lg(dte)), ("raw", dtr, dte)):
+                    zk = standardise(tr, te)
+                    v[f"max3 {how} {nm}"] = np.max([zn, zf, zk], axis=0)
+                    v[f"mean3 {how} {nm}"] = np.mean([zn, zf, zk], axis=0)
+                    v[f"max(net,knn) {how} {nm}"] = np.maximum(zn, zk)
+                    v[f"max(net,mean(forest,knn)) {how} {nm}"] = np.maximum(zn, (zf + zk) / 2)
+        res[f"{ds}|{seed}"] = {nm: (ap(sp.y_test, s), roc(sp.y_test, s)) for nm, s in v.items()}
+        print(ds, seed, flush=True)
+    json.dump(res, open(out, "w"), indent=0)
+
+
+def summary(paths):
+    """Mean over datasets of each dataset's mean over its seeds; 'ahead' counts datasets above the forest part."""
+    res = {}
+    for p in paths:
+        res.update(json.load(open(p)))
+    per = defaultdict(lambda: defaultdict(list))
+    for key, v in res.items():
+        for nm, m in v.items():
+            per[nm][key.split("|")[0]].append(m)
+    m = {nm: {ds: np.mean(x, 0) for ds, x in per[nm].items()} for nm in per}
+    print(f"{len(res)} runs, {len(m['default'])} datasets; 'ahead' = datasets where the variant's mean is above the "
+          "forest part's (PyOD's IForest, same seed), AUC-PR / AUC-ROC")
+    for nm in m:
+        mean = np.mean(list(m[nm].values()), 0)
+        ahead = [sum(round(m[nm][ds][i], 3) > round(m["forest alone"][ds][i], 3) for ds in m[nm]) for i in (0, 1)]
+        print(f"{nm:44s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {ahead[0]:2d} / {ahead[1]:2d}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "summary":
+        summary(sys.argv[2:])
+    else:
+        run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
