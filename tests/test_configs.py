@@ -129,3 +129,17 @@ def test_contaminated_core_profile_learns_the_core_for_a_quarter_of_the_budget()
     assert s.score.isolation_forest and s.ema.enabled  # the default's blend and teacher
     for n in (1000, 5000, 100_000):  # a quarter of the default's budget, bounds included
         assert abs(s.train.budget(n) - default.train.budget(n) / 4) <= 1
+
+
+def test_clean_history_profile_is_the_benchmarks_kdsm_method():
+    """configs/clean-history.yaml trains exactly what `kdsm bench adbench --methods kdsm` trains (its README figures)."""
+    from offline_train.evaluation.methods import make_kdsm
+
+    clean = make_kdsm("default", load_settings(Settings, ROOT / "configs" / "clean-history.yaml"), seed=3)
+    published = make_kdsm("kdsm", Settings(), seed=3)
+    assert clean.get_params() == published.get_params()
+    assert not clean.refine.enabled and not clean.ema.enabled and not clean.score.isolation_forest
+    assert clean.sigma.mode == "kurtosis"  # K-DSM, not plain DSM
+    # and it is not the default, whose three contamination guards are on
+    default = make_kdsm("default", Settings(), seed=3)
+    assert default.refine.enabled and default.ema.enabled and default.score.isolation_forest
