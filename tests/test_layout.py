@@ -151,3 +151,14 @@ def test_bundled_demo_data_is_package_data():
     assert BUNDLED_CARDIO.is_file()
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"{BUNDLED_CARDIO.parent.name}/*.parquet"' in pyproject
+
+
+def test_the_tree_passes_the_linter():
+    """``ruff check .`` (pyproject's rules) on the whole tree, diagnosis scripts included (ruff is a dev extra)."""
+    import shutil
+    import subprocess
+
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff is missing: bash deploy/local/setup.sh installs the dev extras"
+    r = subprocess.run([ruff, "check", "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -8,17 +8,24 @@ of dataset stems. ``snapN`` is the network at the N-th refinement round (before 
 snap0 at a quarter of the step budget, trained on the warm start's core only. With
 KDSM_REFINE__ROUNDS=0 the network trains on the core throughout and is saved at the quarter points.
 """
-import os, sys, time, copy as _copy, types
+import copy as _copy
+import os
+import sys
+import time
+import types
 from pathlib import Path
-import numpy as np, torch
+
+import numpy as np
+import torch
+
 torch.set_num_threads(1)
-import offline_train.train as T
 import offline_train.detector as D
-from offline_train.refine import Refinement
+import offline_train.train as T
 from offline_train.config import TrainSettings
+from offline_train.data import load_npz
 from offline_train.evaluation.methods import make_kdsm
 from offline_train.evaluation.runner import _prepared, dataset_paths
-from offline_train.data import load_npz
+from offline_train.refine import Refinement
 
 captured = {}
 def deepcopy(obj, memo=None):

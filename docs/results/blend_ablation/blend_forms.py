@@ -6,8 +6,12 @@ runs/blend holds what blenddiag_run.py saved (the network part alone: KDSM_SCORE
 lse = log(exp(z_network) + exp(z_forest)), the smooth maximum; lse2 the same at temperature 1/2.
 Output: blend_forms.txt.
 """
-import sys, glob, numpy as np
-from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
+import glob
+import sys
+
+import numpy as np
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
 
 
 def z(tr, te, log=False):

@@ -2,9 +2,15 @@
 
 python3 docs/results/blend_ablation/blenddiag_report.py runs/blend unsup_paper unsup_clean
 """
-import sys, glob, numpy as np
-from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
+import glob
+import sys
+
+import numpy as np
 from scipy.stats import rankdata
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+
+
 def z(tr, te, log=False):
     if log: tr, te = np.log(tr + 1e-12), np.log(te + 1e-12)
     return (te - tr.mean()) / (tr.std() + 1e-12)

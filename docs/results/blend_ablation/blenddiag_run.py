@@ -6,15 +6,19 @@ at commit dada115 (the default before the blend), e.g. two workers:
     python3 docs/results/blend_ablation/blenddiag_run.py unsup paper 0 1 2 runs/blend ../shared/data/adbench
 At a later commit, where the default blends, it needs KDSM_SCORE__ISOLATION_FOREST=false to save the network's part.
 """
-import sys, time, json
+import sys
+import time
 from pathlib import Path
-import numpy as np, torch
+
+import numpy as np
+import torch
+
 torch.set_num_threads(1)
 from offline_train.config import TrainSettings
-from offline_train.evaluation.methods import make_kdsm, _baseline
+from offline_train.data import load_npz
+from offline_train.evaluation.methods import _baseline, make_kdsm
 from offline_train.evaluation.protocol import make_split
 from offline_train.evaluation.runner import dataset_paths
-from offline_train.data import load_npz
 from offline_train.scaler import Scaler
 
 setting, split_mode, seed, wi, wn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])

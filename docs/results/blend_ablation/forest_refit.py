@@ -7,11 +7,19 @@ KDSM_SCORE__ISOLATION_FOREST=false now that the default blends, as the saved run
 blend (the larger z-score), refits IsolationForest(random_state=0) on the rest, and scores the blend again.
 Labels feed only the report. Output: forest_refit_unsup_paper.txt, forest_refit_unsup_clean.txt.
 """
-import sys, glob, numpy as np
+import glob
+import sys
+
+import numpy as np
+
 sys.path.insert(0, ".")
 from sklearn.ensemble import IsolationForest
-from sklearn.metrics import average_precision_score as ap, roc_auc_score as roc
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+
 from offline_train.evaluation.protocol import make_split
+
+
 def zs(tr, te, log=False):
     if log: tr, te = np.log(tr + 1e-12), np.log(te + 1e-12)
     return (te - tr.mean()) / (tr.std() + 1e-12)

@@ -1,9 +1,14 @@
 """Scorer-only rows/s of kdsm bench stream's model (512x6, 6 features) and a cardio-sized one (21 features), blend on vs off, same process."""
-import json, os, sys, time
-import numpy as np, torch
+import json
+import os
+
+import numpy as np
+import torch
+
 torch.set_num_threads(1)
 from streamer.dev.bench_fixtures import bench_model
 from streamer.dev.bench_stream import _scorer_only
+
 out = {"load_avg_at_start": os.getloadavg(), "cpu_threads": 1}
 for d, width, depth in ((6, 512, 6), (21, 256, 6)):
     m = bench_model(d, width, depth, "cpu")

@@ -1,11 +1,17 @@
 """Diagnosis (reads labels, for this report only): the isolation forest's contamination estimate on clean (semi) and
 contaminated (unsup) training sets of the paper split, seed 0. Run from the repo root:
     python3 docs/results/isolation_estimate/isodiag.py"""
-import glob, os, numpy as np, json
+import glob
+import json
+import os
+
+import numpy as np
 from sklearn.ensemble import IsolationForest
+
 from offline_train.data import load_npz
 from offline_train.evaluation.protocol import make_split
 from offline_train.scaler import Scaler
+
 ts=[0.5,0.55,0.6,0.65,0.7]
 rows=[]
 for p in sorted(glob.glob('../shared/data/adbench/*.npz')):

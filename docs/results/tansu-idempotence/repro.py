@@ -9,10 +9,18 @@ before kill" = how many of those were acknowledged before the kill; the third fi
 DUPLICATE_SEQUENCE_NUMBER answers kafka-python's sender logged (it counts them as delivered).
 """
 import logging
-import os, signal, sys, tempfile, threading, time, random
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
-from kafka import KafkaProducer, KafkaConsumer, TopicPartition
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+
 from streamer.dev import local_services as ls
 
 idem = sys.argv[1] == "idem"
