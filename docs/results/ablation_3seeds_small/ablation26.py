@@ -1,0 +1,56 @@
+"""The default's parts ablated over 3 seeds on all 26 datasets (contaminated paper split; reads labels: report only).
+
+The default and the network alone (the blend off: the same training, scored without the forest) come from the per-row
+files of ``docs/results/ablation_snapshots/variants.py``; each variant from ``kdsm bench adbench`` CSVs with one
+setting changed (this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in ``<variant>_large.csv``);
+IForest from the committed baseline rows of the same splits and seeds.
+
+    python3 docs/results/ablation_3seeds_small/ablation26.py NPZ_DIR [NPZ_DIR ...]
+"""
+import glob
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "ablation_snapshots"))
+from report import baseline_rows, dataset_seed  # noqa: E402
+
+VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": "refine_off",
+            "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": "startkeep1"}
+IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
+
+runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
+for f in sum((glob.glob(f"{d}/*_unsup_paper_*.npz") for d in sys.argv[1:]), []):
+    key = dataset_seed(f)
+    d = np.load(f)
+    runs["**default**"][key] = (ap(d["y_test"], d["blend_test"]), roc(d["y_test"], d["blend_test"]))
+    runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
+for name, stem in VARIANTS.items():
+    rows = baseline_rows([p for p in (HERE / f"{stem}.csv", HERE / f"{stem}_large.csv") if p.exists()], "default")
+    runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
+runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["**default**"]}
+
+keys = sorted(runs["**default**"])
+datasets = sorted({ds for ds, _ in keys})
+print(f"contaminated paper split, {len(datasets)} datasets, {len(keys)} dataset-seeds per row; mean over the datasets "
+      "of each dataset's mean over its seeds, AUC-PR / AUC-ROC")
+print("| variant | seeds 0-2 | seed 0 | seed 1 | seed 2 | default ahead (PR / ROC) | runs |")
+print("|---|---|---|---|---|---|---|")
+per_ds = {n: {ds: np.mean([r[k] for k in r if k[0] == ds], 0) for ds in datasets if any(k[0] == ds for k in r)}
+          for n, r in runs.items()}
+for name, r in runs.items():
+    missing = [k for k in keys if k not in r]
+    if missing:
+        print(f"| {name} | incomplete: {len(missing)} of {len(keys)} runs missing | | | | | |")
+        continue
+    mean = np.mean(list(per_ds[name].values()), 0)
+    seeds = [np.mean([r[(ds, s)] for ds in datasets], 0) for s in (0, 1, 2)]
+    ahead = "" if name == "**default**" else " / ".join(
+        str(sum(round(per_ds["**default**"][ds][i], 3) > round(per_ds[name][ds][i], 3) for ds in datasets)) for i in (0, 1))
+    print(f"| {name} | {mean[0]:.3f} / {mean[1]:.3f} | " + " | ".join(f"{m[0]:.3f} / {m[1]:.3f}" for m in seeds)
+          + f" | {ahead} | {len(r)} |")
