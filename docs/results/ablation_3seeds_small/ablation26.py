@@ -2,7 +2,7 @@
 
 The default and the network alone (the blend off: the same training, scored without the forest) come from the per-row
 files of ``docs/results/ablation_snapshots/variants.py``; each variant from ``kdsm bench adbench`` CSVs with one
-setting changed (this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in ``<variant>_large.csv``);
+setting changed (this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in ``<variant>_large*.csv``);
 IForest from the committed baseline rows of the same splits and seeds.
 
     python3 docs/results/ablation_3seeds_small/ablation26.py NPZ_DIR [NPZ_DIR ...]
@@ -20,8 +20,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "ablation_snapshots"))
 from report import baseline_rows, dataset_seed  # noqa: E402
 
-VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": "refine_off",
-            "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": "startkeep1"}
+VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": ["refine_off.csv", "refine_off_large.csv"],
+            "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": ["startkeep1.csv", "startkeep1_large.csv"],
+            "one refinement round (`KDSM_REFINE__ROUNDS=1`)": ["rounds1.csv", "rounds1_large_seed0.csv",
+                                                              "rounds1_large_seeds12.csv"]}
 IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
 
 runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
@@ -30,8 +32,8 @@ for f in sum((glob.glob(f"{d}/*_unsup_paper_*.npz") for d in sys.argv[1:]), []):
     d = np.load(f)
     runs["**default**"][key] = (ap(d["y_test"], d["blend_test"]), roc(d["y_test"], d["blend_test"]))
     runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
-for name, stem in VARIANTS.items():
-    rows = baseline_rows([p for p in (HERE / f"{stem}.csv", HERE / f"{stem}_large.csv") if p.exists()], "default")
+for name, files in VARIANTS.items():  # contaminated paper split rows only: each file holds one setting and split
+    rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
     runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["**default**"]}
 
