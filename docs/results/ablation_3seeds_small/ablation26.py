@@ -18,7 +18,7 @@ from sklearn.metrics import roc_auc_score as roc
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "ablation_snapshots"))
-from report import baseline_rows, dataset_seed  # noqa: E402
+from report import ahead, baseline_rows, dataset_seed, seed_averaged  # noqa: E402
 
 VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": ["refine_off.csv", "refine_off_large.csv"],
             "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": ["startkeep1.csv", "startkeep1_large.csv"],
@@ -43,8 +43,7 @@ print(f"contaminated paper split, {len(datasets)} datasets, {len(keys)} dataset-
       "of each dataset's mean over its seeds, AUC-PR / AUC-ROC")
 print("| variant | seeds 0-2 | seed 0 | seed 1 | seed 2 | default ahead (PR / ROC) | runs |")
 print("|---|---|---|---|---|---|---|")
-per_ds = {n: {ds: np.mean([r[k] for k in r if k[0] == ds], 0) for ds in datasets if any(k[0] == ds for k in r)}
-          for n, r in runs.items()}
+per_ds = {n: seed_averaged(r) for n, r in runs.items()}
 for name, r in runs.items():
     missing = [k for k in keys if k not in r]
     if missing:
@@ -52,7 +51,6 @@ for name, r in runs.items():
         continue
     mean = np.mean(list(per_ds[name].values()), 0)
     seeds = [np.mean([r[(ds, s)] for ds in datasets], 0) for s in (0, 1, 2)]
-    ahead = "" if name == "**default**" else " / ".join(
-        str(sum(round(per_ds["**default**"][ds][i], 3) > round(per_ds[name][ds][i], 3) for ds in datasets)) for i in (0, 1))
+    better = "" if name == "**default**" else " / ".join(map(str, ahead(per_ds["**default**"], per_ds[name])))
     print(f"| {name} | {mean[0]:.3f} / {mean[1]:.3f} | " + " | ".join(f"{m[0]:.3f} / {m[1]:.3f}" for m in seeds)
-          + f" | {ahead} | {len(r)} |")
+          + f" | {better} | {len(r)} |")

@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-from report import baseline_rows, blended, dataset_seed
+from report import ahead, baseline_rows, blended, dataset_seed
 from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
@@ -42,9 +42,9 @@ for m in others:  # a baseline missing some dataset-seed would be averaged over 
 m = {k: {ds: np.mean(v, 0) for ds, v in per[k].items()} for k in per}
 for k in m:
     mean = np.mean(list(m[k].values()), 0)
-    ahead = [sum(round(m[k][ds][i], 3) > round(m["iforest"][ds][i], 3) for ds in m[k]) for i in (0, 1)]
+    pr, rc = ahead(m[k], m["iforest"])
     print(f"{k:22s} {len(m[k])} datasets, {sum(map(len, per[k].values()))} runs  {mean[0]:.3f} / {mean[1]:.3f}  "
-          f"ahead of IForest {ahead[0]} / {ahead[1]}")
+          f"ahead of IForest {pr} / {rc}")
 # Per seed, where a seed has every dataset: the means of that seed alone.
 for seed in sorted({x for v in seeds_of.values() for x in v}):
     if all(seed in v for v in seeds_of.values()):

@@ -9,6 +9,7 @@ import csv
 import glob
 import statistics as st
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,19 @@ def baseline_rows(paths, method: str = "iforest") -> dict:
             if r["method"] == method and r["status"] == "ok":
                 rows[(r["dataset"], int(r["seed"]))] = (float(r["aucpr"]), float(r["aucroc"]))
     return rows
+
+
+def seed_averaged(runs: dict) -> dict:
+    """{dataset: mean (AUC-PR, AUC-ROC) over its seeds} of {(dataset, seed): (AUC-PR, AUC-ROC)}."""
+    by = defaultdict(list)
+    for (ds, _), m in runs.items():
+        by[ds].append(m)
+    return {ds: np.mean(v, 0) for ds, v in by.items()}
+
+
+def ahead(a: dict, b: dict) -> tuple[int, int]:
+    """On how many datasets a's seed-averaged (AUC-PR, AUC-ROC) is above b's, each rounded to 3 decimals."""
+    return tuple(sum(round(a[ds][i], 3) > round(b[ds][i], 3) for ds in a) for i in (0, 1))
 
 
 def dataset_seed(path) -> tuple[str, int]:

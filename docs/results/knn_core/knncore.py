@@ -26,7 +26,7 @@ from sklearn.metrics import roc_auc_score as roc
 from sklearn.neighbors import NearestNeighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import dataset_seed, lg, standardise  # noqa: E402
+from report import ahead, dataset_seed, lg, seed_averaged, standardise  # noqa: E402
 
 MAX_REF = 2048
 
@@ -84,17 +84,18 @@ def summary(paths):
     res = {}
     for p in paths:
         res.update(json.load(open(p)))
-    per = defaultdict(lambda: defaultdict(list))
+    per = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
     for key, v in res.items():
+        ds, seed = key.split("|")
         for nm, m in v.items():
-            per[nm][key.split("|")[0]].append(m)
-    m = {nm: {ds: np.mean(x, 0) for ds, x in per[nm].items()} for nm in per}
+            per[nm][(ds, int(seed))] = m
+    m = {nm: seed_averaged(r) for nm, r in per.items()}
     print(f"{len(res)} runs, {len(m['default'])} datasets; 'ahead' = datasets where the variant's mean is above the "
           "forest part's (PyOD's IForest, same seed), AUC-PR / AUC-ROC")
     for nm in m:
         mean = np.mean(list(m[nm].values()), 0)
-        ahead = [sum(round(m[nm][ds][i], 3) > round(m["forest alone"][ds][i], 3) for ds in m[nm]) for i in (0, 1)]
-        print(f"{nm:44s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {ahead[0]:2d} / {ahead[1]:2d}")
+        pr, rc = ahead(m[nm], m["forest alone"])
+        print(f"{nm:44s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {pr:2d} / {rc:2d}")
 
 
 if __name__ == "__main__":
