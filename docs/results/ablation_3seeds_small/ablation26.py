@@ -2,7 +2,8 @@
 
 The default and the network alone (the blend off: the same training, scored without the forest) come from the per-row
 files of ``docs/results/ablation_snapshots/variants.py``; each variant from ``kdsm bench adbench`` CSVs with one
-setting changed (this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in ``<variant>_large*.csv``);
+setting changed (this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in ``<variant>_large*.csv``; the
+teacher's and ``sigma.base``'s seed 0 from their own folders; ``max_drop`` only where it binds, the default's row elsewhere);
 IForest from the committed baseline rows of the same splits and seeds.
 
     python3 docs/results/ablation_3seeds_small/ablation26.py NPZ_DIR [NPZ_DIR ...]
@@ -23,18 +24,33 @@ from report import ahead, baseline_rows, dataset_seed, seed_averaged  # noqa: E4
 VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": ["refine_off.csv", "refine_off_large.csv"],
             "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": ["startkeep1.csv", "startkeep1_large.csv"],
             "one refinement round (`KDSM_REFINE__ROUNDS=1`)": ["rounds1.csv", "rounds1_large_seed0.csv",
-                                                              "rounds1_large_seeds12.csv"]}
+                                                              "rounds1_large_seeds12.csv"],
+            "no per-batch teacher (`KDSM_EMA__ENABLED=false`)": ["../ablation_teacher_off/teacher_off_unsup_paper_seed0.csv",
+                                                                  "teacher_off_seeds12.csv"],
+            "wider noise (`KDSM_SIGMA__BASE=1.0`)": ["../ablation_sigma_base/sigma1_unsup_paper.csv",
+                                                     "../ablation_sigma_base/sigma1_unsup_paper_small.csv",
+                                                     "sigma1_large_seeds12.csv"],
+            "stricter estimate (`KDSM_REFINE__THRESHOLD=0.55`)": ["threshold055.csv", "threshold055_large.csv"],
+            "smaller cap (`KDSM_REFINE__MAX_DROP=0.3`; run where it binds, the default's rows elsewhere)":
+                ["maxdrop03.csv", "maxdrop03_pendigits.csv"]}
+MAX_DROP = 0.3  # the cap of the last variant: it changes nothing where the forest's estimate is below it
 IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
 
 runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
+unbound = set()  # dataset-seeds where the forest's contamination estimate is below MAX_DROP
 for f in sum((glob.glob(f"{d}/*_unsup_paper_*.npz") for d in sys.argv[1:]), []):
     key = dataset_seed(f)
     d = np.load(f)
     runs["**default**"][key] = (ap(d["y_test"], d["blend_test"]), roc(d["y_test"], d["blend_test"]))
     runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
+    if np.mean(d["forest_train"] > 0.5) <= MAX_DROP:  # refine.threshold 0.5: the estimate the default computed
+        unbound.add(key)
 for name, files in VARIANTS.items():  # contaminated paper split rows only: each file holds one setting and split
     rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
     runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
+    if "MAX_DROP" in name:
+        assert not unbound & set(runs[name]), "a run where the cap does not bind"
+        runs[name].update({k: runs["**default**"][k] for k in unbound})
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["**default**"]}
 
 keys = sorted(runs["**default**"])
