@@ -21,6 +21,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "ablation_snapshots"))
 from report import ahead, baseline_rows, dataset_seed, seed_averaged  # noqa: E402
 
+CAPPED = "smaller cap (`KDSM_REFINE__MAX_DROP=0.3`; run where it binds, the default's rows elsewhere)"
+MAX_DROP = 0.3  # CAPPED's cap: it changes nothing where the forest's estimate is below it
 VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": ["refine_off.csv", "refine_off_large.csv"],
             "no warm-start core (`KDSM_REFINE__START_KEEP=1.0`)": ["startkeep1.csv", "startkeep1_large.csv"],
             "one refinement round (`KDSM_REFINE__ROUNDS=1`)": ["rounds1.csv", "rounds1_large_seed0.csv",
@@ -31,9 +33,7 @@ VARIANTS = {"no refinement (`KDSM_REFINE__ENABLED=false`)": ["refine_off.csv", "
                                                      "../ablation_sigma_base/sigma1_unsup_paper_small.csv",
                                                      "sigma1_large_seeds12.csv"],
             "stricter estimate (`KDSM_REFINE__THRESHOLD=0.55`)": ["threshold055.csv", "threshold055_large.csv"],
-            "smaller cap (`KDSM_REFINE__MAX_DROP=0.3`; run where it binds, the default's rows elsewhere)":
-                ["maxdrop03.csv", "maxdrop03_pendigits.csv"]}
-MAX_DROP = 0.3  # the cap of the last variant: it changes nothing where the forest's estimate is below it
+            CAPPED: ["maxdrop03.csv", "maxdrop03_pendigits.csv"]}
 IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
 
 runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
@@ -48,7 +48,7 @@ for f in sum((glob.glob(f"{d}/*_unsup_paper_*.npz") for d in sys.argv[1:]), []):
 for name, files in VARIANTS.items():  # contaminated paper split rows only: each file holds one setting and split
     rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
     runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
-    if "MAX_DROP" in name:
+    if name == CAPPED:
         assert not unbound & set(runs[name]), "a run where the cap does not bind"
         runs[name].update({k: runs["**default**"][k] for k in unbound})
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["**default**"]}

@@ -16,7 +16,6 @@ ablation26.py read it. From the repository root, two workers:
 Arguments: setting, split, seed, worker index, worker count, output folder, optionally a comma list of dataset stems.
 """
 import copy
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,11 @@ from scipy.stats import rankdata
 torch.set_num_threads(1)
 import offline_train.detector as D  # noqa: E402
 from offline_train.config import TrainSettings  # noqa: E402
-from offline_train.data import load_npz  # noqa: E402
 from offline_train.evaluation.methods import make_kdsm  # noqa: E402
-from offline_train.evaluation.runner import _prepared, dataset_paths  # noqa: E402
 from offline_train.refine import Refinement, lowest, row_scores  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ablation_snapshots"))
+from perrow import parts, trainings  # noqa: E402
 
 train_kwargs, first_round = {}, {}
 _train = D.train_score_net
@@ -82,25 +82,10 @@ class CrossFitRefinement(Refinement):
 D.Refinement = CrossFitRefinement
 
 if __name__ == "__main__":
-    setting, split_mode, seed, wi, wn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    out = Path(sys.argv[6])
-    out.mkdir(parents=True, exist_ok=True)
-    only = set(sys.argv[7].split(",")) if len(sys.argv) > 7 else None
-    paths = [p for p in dataset_paths(Path(os.environ.get("ADBENCH", "../shared/data/adbench")))
-             if not only or p.stem in only]
     settings = TrainSettings()
-    for p in sorted(paths, key=lambda p: -np.load(p)["X"].size)[wi::wn]:  # largest first
-        f = out / f"{p.stem}_{setting}_{split_mode}_{seed}.npz"
-        if f.exists():
-            continue
-        X, sp, sc = _prepared(p, setting, split_mode, seed, settings.data.scale_discrete)  # the bench's split
-        y = load_npz(p)[1]
-        Xtr, Xte = X[sp.train_idx], X[sp.test_idx]
+    for f, seed, Xtr, Xte, sc, sp, y in trainings(sys.argv, settings.data.scale_discrete):
         t0 = time.time()
         det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc)
         res = {"y_test": sp.y_test, "y_train": y[sp.train_idx], "round1_rows": first_round.pop("rows")}
-        for part, Xp in (("test", Xte), ("train", Xtr)):
-            pp = det.score_parts(Xp)
-            res[f"blend_{part}"], res[f"net_{part}"], res[f"forest_{part}"] = pp.scores, pp.network, pp.forest
-        np.savez(f, **res)
-        print(p.stem, setting, split_mode, seed, f"{time.time() - t0:.0f}s", det.train_summary_.refine, flush=True)
+        np.savez(f, **res, **parts(det, Xtr, Xte))
+        print(f.stem, f"{time.time() - t0:.0f}s", det.train_summary_.refine, flush=True)

@@ -24,6 +24,17 @@ from offline_train.refine import lowest  # noqa: E402
 
 IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
 
+
+
+def default_shares(d) -> list:
+    """Anomaly share of the training rows, then of the rows the default keeps at each of its 3 rounds (rebuilt from
+    the round snapshots: ``refine.keep`` auto, the forest's estimate at ``threshold`` 0.5, ``max_drop`` 0.5)."""
+    keep = 1.0 - min(float(np.mean(d["forest_train"] > 0.5)), 0.5)
+    y = d["y_train"]
+    return [y.mean()] + [y[lowest(d[f"snap{r}_train"], keep)].mean() for r in (0, 1, 2)]
+
+
+SHARES = ("all training rows", "default", "default, round 2", "default, round 3")
 default_files = {dataset_seed(f): f for d in sys.argv[2:] for f in glob.glob(f"{d}/*_unsup_paper_*.npz")}
 runs, kept_anomalies = defaultdict(dict), defaultdict(lambda: defaultdict(list))
 for f in sorted(glob.glob(f"{sys.argv[1]}/*_unsup_paper_*.npz")):
@@ -34,13 +45,9 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/*_unsup_paper_*.npz")):
     for name, z in (("default", d), ("cross-fitted first round", c)):
         runs[name][key] = (ap(z["y_test"], z["blend_test"]), roc(z["y_test"], z["blend_test"]))
         runs[name + ", network part"][key] = (ap(z["y_test"], z["net_test"]), roc(z["y_test"], z["net_test"]))
-    y = d["y_train"]
-    keep = 1.0 - min(float(np.mean(d["forest_train"] > 0.5)), 0.5)  # refine.keep "auto", max_drop 0.5
-    kept_anomalies["default"][key[0]].append(y[lowest(d["snap0_train"], keep)].mean())
-    for r in (1, 2):  # the default's later rounds, for where its rows go after the first
-        kept_anomalies[f"default, round {r + 1}"][key[0]].append(y[lowest(d[f"snap{r}_train"], keep)].mean())
-    kept_anomalies["cross-fitted first round"][key[0]].append(y[c["round1_rows"]].mean())
-    kept_anomalies["all training rows"][key[0]].append(y.mean())
+    for name, share in zip(SHARES, default_shares(d), strict=True):  # the default's later rounds: where its rows go after the first
+        kept_anomalies[name][key[0]].append(share)
+    kept_anomalies["cross-fitted first round"][key[0]].append(d["y_train"][c["round1_rows"]].mean())
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["default"]}
 
 per_ds = {n: seed_averaged(r) for n, r in runs.items()}
@@ -63,13 +70,8 @@ for name, r in per_ds.items():
     vs_default = "" if name == "default" else " / ".join(map(str, ahead(r, per_ds["default"])))
     vs_forest = "" if name == "IForest" else " / ".join(map(str, ahead(r, per_ds["IForest"])))
     print(f"| {name} | {m[0]:.3f} / {m[1]:.3f} | {vs_default} | {vs_forest} |")
-for n in ("all training rows", "default", "default, round 2", "default, round 3", "cross-fitted first round"):
+for n in (*SHARES, "cross-fitted first round"):
     print(f"mean anomaly share, {n}: {np.mean([np.mean(v) for v in kept_anomalies[n].values()]):.4f}")
-every = defaultdict(list)  # the default's rounds over every dataset-seed of DEFAULT_DIR, cross-fitted or not
-for d in map(np.load, default_files.values()):
-    keep = 1.0 - min(float(np.mean(d["forest_train"] > 0.5)), 0.5)
-    every["all training rows"].append(d["y_train"].mean())
-    for r in (0, 1, 2):
-        every[f"round {r + 1}"].append(d["y_train"][lowest(d[f"snap{r}_train"], keep)].mean())
+every = np.mean([default_shares(np.load(f)) for f in default_files.values()], 0)  # cross-fitted or not
 print(f"the default over all {len(default_files)} dataset-seeds of DEFAULT_DIR, mean anomaly share: "
-      + ", ".join(f"{n} {np.mean(v):.4f}" for n, v in every.items()))
+      + ", ".join(f"{n} {v:.4f}" for n, v in zip(("all training rows", "round 1", "round 2", "round 3"), every, strict=True)))
