@@ -45,6 +45,8 @@ for f in sum((glob.glob(f"{d}/*_unsup_paper_*.npz") for d in sys.argv[1:]), []):
     runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
     if np.mean(d["forest_train"] > 0.5) <= MAX_DROP:  # refine.threshold 0.5: the estimate the default computed
         unbound.add(key)
+if not runs:
+    raise SystemExit(f"usage: {sys.argv[0]} NPZ_DIR [NPZ_DIR ...] (no *_unsup_paper_*.npz file found)")
 for name, files in VARIANTS.items():  # contaminated paper split rows only: each file holds one setting and split
     rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
     runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}

@@ -15,7 +15,13 @@ from offline_train.evaluation.runner import _prepared, dataset_paths
 
 def trainings(argv, scale_discrete: bool):
     """(out file, seed, train rows, test rows, scaler, split, all labels) per dataset still to do."""
-    setting, split_mode, seed, wi, wn = argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5])
+    usage = f"usage: {argv[0]} semi|unsup paper|clean SEED WORKER WORKERS OUT_DIR [DATASET,...]"
+    if len(argv) < 7 or argv[1] not in ("semi", "unsup") or argv[2] not in ("paper", "clean"):
+        raise SystemExit(usage)
+    try:
+        setting, split_mode, seed, wi, wn = argv[1], argv[2], int(argv[3]), int(argv[4]), int(argv[5])
+    except ValueError:
+        raise SystemExit(usage) from None
     out = Path(argv[6])
     out.mkdir(parents=True, exist_ok=True)
     only = set(argv[7].split(",")) if len(argv) > 7 else None

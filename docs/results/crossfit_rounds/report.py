@@ -48,6 +48,9 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/*_unsup_paper_*.npz")):
     for name, share in zip(SHARES, default_shares(d), strict=True):  # the default's later rounds: where its rows go after the first
         kept_anomalies[name][key[0]].append(share)
     kept_anomalies["cross-fitted first round"][key[0]].append(d["y_train"][c["round1_rows"]].mean())
+if not runs:
+    raise SystemExit(f"usage: {sys.argv[0]} CROSSFIT_DIR DEFAULT_DIR [DEFAULT_DIR ...] "
+                     "(no dataset-seed has a per-row file in both)")
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["default"]}
 
 per_ds = {n: seed_averaged(r) for n, r in runs.items()}
