@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from offline_train.config import EMAConfig, ModelConfig, OptimConfig, RefineConfig, ScoreConfig
 from offline_train.detector import KDSM
@@ -51,9 +52,9 @@ def test_planted_rows_score_above_inliers_after_refinement():
 
 def test_rounds_train_on_the_rows_the_network_finds_normal():
     X, planted = contaminated(0.10)
-    r = Refinement(RefineConfig(), X, steps=400, seed=0)
-    net = KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(enabled=False)).fit(X[~planted]).net_
-    rows = r(net)
+    det = KDSM(model=SMALL, train=OptimConfig(steps=400, seed=0), refine=RefineConfig(enabled=False)).fit(X[~planted])
+    r = Refinement(RefineConfig(), X, steps=400, seed=0, device=det.device_)  # as training does: CUDA where present
+    rows = r(det.net_)
     assert len(rows) == pytest.approx(r.keep_ * len(X), abs=1) and planted[rows].mean() < 0.01
 
 
@@ -86,11 +87,16 @@ def test_a_higher_isolation_cut_estimates_less_contamination():
 def test_rounds_ranked_by_the_blend_let_the_forest_overrule_a_poor_network():
     """``rank: blend``: a round ranks rows by the blend of the network's score and the warm start's forest."""
     from offline_train.blend import Blend
-    from offline_train.model import ScoreNet
     from offline_train.refine import lowest, row_scores
 
+    class Inverted(torch.nn.Module):
+        """A network that is wrong on purpose: its score falls as a row moves away, so far rows look most normal."""
+
+        def forward(self, z):
+            return torch.exp(-z.abs())
+
     X, planted = contaminated(0.10)
-    net = ScoreNet(X.shape[1], 64, 2).eval()  # untrained: its ranking of the rows is close to arbitrary
+    net = Inverted()
     by_network = Refinement(RefineConfig(rank="network"), X, steps=400, seed=0)
     by_blend = Refinement(RefineConfig(rank="blend"), X, steps=400, seed=0)
     kept_network, kept_blend = by_network(net), by_blend(net)
