@@ -172,7 +172,7 @@ class OptimConfig(Section):
     noise_copies: int = Field(3, gt=0, description="noisy copies of each row per step")
     lr: float = Field(5e-4, gt=0, description="Adam learning rate")
     weight_decay: float = Field(5e-5, ge=0, description="Adam weight decay (L2)")
-    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast where the CPU/GPU supports it")
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast on a CPU that runs it natively, fp32 on CUDA (faster there at these sizes)")
     device: str = Field("auto", description="auto = cuda when present, else cpu")
     seed: int = Field(0, description="seed of sampling, noise and initialisation")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")

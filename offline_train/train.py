@@ -5,7 +5,8 @@ teacher score norm is above the batch's ``percentile`` (keep the whole batch
 if fewer than 2 survive); repeat the survivors ``noise_copies`` times; add
 ``sigma * eps``; regress ``-eps``; Adam step; then teacher <- lerp(teacher,
 student, 1 - decay). Mixed precision (bf16 autocast) is the measured speed-up
-on CPUs with AVX-512 BF16 and on recent GPUs; the loss is kept in fp32.
+on CPUs with AVX-512 BF16; on CUDA ``auto`` trains in fp32, which ran faster
+there at these sizes (``model.auto_precision``); the loss is kept in fp32.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .model import ScoreNet, bf16_supported
+from .model import ScoreNet, auto_precision
 
 
 @dataclass
@@ -78,7 +79,7 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
     device = torch.device(device)
     torch.manual_seed(seed)
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    use_bf16 = precision == "bf16" or (precision == "auto" and bf16_supported(device))
+    use_bf16 = precision == "bf16" or (precision == "auto" and auto_precision(device) == "bf16")
 
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
