@@ -45,7 +45,7 @@ def test_parts_score_alike_on_the_scoring_device(tiny_model_dir):
     cpu, here = KDSM.load(tiny_model_dir, device="cpu"), KDSM.load(tiny_model_dir, device=str(dev))
     assert here.device_.type == dev.type and here.forest_.threshold.device.type == dev.type
     X, out = make_blobs(n=300, n_out=20, seed=5)
-    rows = np.vstack([X, out * 50])  # far rows too: they end in the deepest leaves
+    rows = np.vstack([X, out * 50])  # far rows too: isolated within a few splits, beyond every threshold
     a, b = cpu.score_parts(rows), here.score_parts(rows)
     np.testing.assert_allclose(b.forest, a.forest, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.network, a.network, rtol=1e-4)
