@@ -39,7 +39,7 @@ VARIANTS = {"paper": {REFINE_OFF: ["refine_off.csv", "refine_off_large.csv"],
             "clean": {REFINE_OFF: ["refine_off_clean.csv"],
                       START_KEEP_1: ["startkeep1_clean.csv"],
                       ROUNDS_1: ["rounds1_clean_seed0.csv", "rounds1_clean_seeds12.csv"],
-                      TEACHER_OFF: ["../ablation_teacher_off/teacher_off_unsup_clean_seed0.csv"],
+                      TEACHER_OFF: ["../ablation_teacher_off/teacher_off_unsup_clean_seed0.csv", "teacher_off_clean_seeds12.csv"],
                       SIGMA_1: ["../ablation_sigma_base/sigma1_unsup_clean.csv"]}}
 IFOREST = {"paper": [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"],
            "clean": [HERE.parent / "unsup_clean_default" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_clean" / "results.csv"]}
