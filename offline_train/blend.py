@@ -60,9 +60,14 @@ class Blend:
         f = np.asarray(forest_scores, np.float64)
         return cls(float(log_n.mean()), float(log_n.std()) + _TINY, float(f.mean()), float(f.std()) + _TINY)
 
-    def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray) -> np.ndarray:
+    def z_scores(self, network_scores: np.ndarray, forest_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each part standardised by its training-row moments: (z_network on the log scale, z_forest)."""
         z_net = (np.log(np.asarray(network_scores, np.float64) + _TINY) - self.network_mean) / self.network_std
         z_forest = (np.asarray(forest_scores, np.float64) - self.forest_mean) / self.forest_std
+        return z_net, z_forest
+
+    def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray) -> np.ndarray:
+        z_net, z_forest = self.z_scores(network_scores, forest_scores)
         return np.exp(self.network_mean + self.network_std * np.maximum(z_net, z_forest))
 
     def to_dict(self) -> dict[str, float]:

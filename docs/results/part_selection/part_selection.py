@@ -4,7 +4,7 @@
 
 DIR: per-row npz files of ``../ablation_snapshots/variants.py`` (``<id>_<dataset>_<setting>_<split>_<seed>.npz``,
 the default's network and forest scores on the training and test rows). Files are grouped by setting and split.
-Each part is standardised over the training rows as the blend does (the network's score on the log scale). The
+Each part is standardised over the training rows by the blend's own ``Blend.z_scores`` (the network's score on the log scale). The
 forms compared, all decided from the training rows only:
 
 - ``max``: the default (the larger z-score);
@@ -28,16 +28,14 @@ from scipy.stats import kurtosis, skew
 from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
-
-def standardised(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    m, s = train.mean(), train.std() + 1e-12
-    return (train - m) / s, (test - m) / s
+from offline_train.blend import Blend
 
 
 def forms(d) -> tuple[dict, bool]:
     """Test scores of each form, and whether the skewness picks the network."""
-    ntr, nte = standardised(np.log(d["net_train"]), np.log(d["net_test"]))
-    ftr, fte = standardised(d["forest_train"], d["forest_test"])
+    blend = Blend.fit(d["net_train"], d["forest_train"])  # the default's standardisation of its two parts
+    ntr, ftr = blend.z_scores(d["net_train"], d["forest_train"])
+    nte, fte = blend.z_scores(d["net_test"], d["forest_test"])
     sn, sf = skew(ntr), skew(ftr)
     wn, wf = max(sn, 0) + 1e-3, max(sf, 0) + 1e-3
     return {
