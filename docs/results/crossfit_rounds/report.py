@@ -23,7 +23,7 @@ from report import ahead, baseline_rows, dataset_seed, seed_averaged  # noqa: E4
 from offline_train.refine import lowest  # noqa: E402
 
 IFOREST = [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"]
-
+USAGE = f"usage: {sys.argv[0]} CROSSFIT_DIR DEFAULT_DIR [DEFAULT_DIR ...]"
 
 
 def default_shares(d) -> list:
@@ -35,6 +35,8 @@ def default_shares(d) -> list:
 
 
 SHARES = ("all training rows", "default", "default, round 2", "default, round 3")
+if len(sys.argv) < 3:
+    raise SystemExit(USAGE)
 default_files = {dataset_seed(f): f for d in sys.argv[2:] for f in glob.glob(f"{d}/*_unsup_paper_*.npz")}
 runs, kept_anomalies = defaultdict(dict), defaultdict(lambda: defaultdict(list))
 for f in sorted(glob.glob(f"{sys.argv[1]}/*_unsup_paper_*.npz")):
@@ -49,8 +51,7 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/*_unsup_paper_*.npz")):
         kept_anomalies[name][key[0]].append(share)
     kept_anomalies["cross-fitted first round"][key[0]].append(d["y_train"][c["round1_rows"]].mean())
 if not runs:
-    raise SystemExit(f"usage: {sys.argv[0]} CROSSFIT_DIR DEFAULT_DIR [DEFAULT_DIR ...] "
-                     "(no dataset-seed has a per-row file in both)")
+    raise SystemExit(USAGE + " (no dataset-seed has a per-row file in both)")
 runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST).items() if k in runs["default"]}
 
 per_ds = {n: seed_averaged(r) for n, r in runs.items()}
