@@ -17,6 +17,8 @@ from report import ahead, baseline_rows, blended, dataset_seed
 from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
+if not any(a.endswith(".csv") for a in sys.argv[1:]) or all(a.endswith(".csv") for a in sys.argv[1:]):
+    raise SystemExit(f"usage: {sys.argv[0]} DIR [DIR ...] BASELINE_CSV [BASELINE_CSV ...]")
 dirs = [a for a in sys.argv[1:] if not a.endswith(".csv")]
 csvs = [a for a in sys.argv[1:] if a.endswith(".csv")]
 ifo = baseline_rows(csvs)

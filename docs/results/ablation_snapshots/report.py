@@ -92,6 +92,8 @@ def variants(d):
     return v
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit(f"usage: {sys.argv[0]} DIR BASELINE_RESULTS_CSV [BASELINE_RESULTS_CSV ...] [-v]")
     d_in, ifo = sys.argv[1], baseline_rows([a for a in sys.argv[2:] if a.endswith(".csv")])
     rows = {}
     for f in sorted(glob.glob(f"{d_in}/*.npz")):

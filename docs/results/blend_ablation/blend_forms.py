@@ -20,6 +20,8 @@ def z(tr, te, log=False):
     return (te - tr.mean()) / (tr.std() + 1e-12)
 
 
+if len(sys.argv) < 3:
+    raise SystemExit(f"usage: {sys.argv[0]} RUNS_DIR SETTING_SPLIT [SETTING_SPLIT ...]")
 runs = sys.argv[1]
 for cfg in sys.argv[2:]:
     res = {}

@@ -21,6 +21,8 @@ from offline_train.evaluation.protocol import make_split
 from offline_train.evaluation.runner import dataset_paths
 from offline_train.scaler import Scaler
 
+if len(sys.argv) < 7:
+    raise SystemExit(f"usage: {sys.argv[0]} semi|unsup paper|clean SEED WORKER WORKERS OUT_DIR [DATA_DIR]")
 setting, split_mode, seed, wi, wn = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 out = Path(sys.argv[6]); out.mkdir(parents=True, exist_ok=True)
 paths = dataset_paths(Path(sys.argv[7] if len(sys.argv) > 7 else "../shared/data/adbench"))

@@ -23,6 +23,8 @@ from offline_train.evaluation.protocol import make_split
 def zs(tr, te, log=False):
     if log: tr, te = np.log(tr + 1e-12), np.log(te + 1e-12)
     return (te - tr.mean()) / (tr.std() + 1e-12)
+if len(sys.argv) < 4:
+    raise SystemExit(f"usage: {sys.argv[0]} RUNS_DIR SETTING_SPLIT DATA_DIR")
 runs, cfg, data = sys.argv[1], sys.argv[2], sys.argv[3]  # e.g. runs/blend unsup_paper ../shared/data/adbench
 mode = cfg.split("_")[1]
 qs = [0.0, 0.05, 0.1, 0.2]

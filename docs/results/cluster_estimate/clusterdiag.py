@@ -1,9 +1,11 @@
 """Diagnosis (reads labels, for this report only): does the size of the smallest k-means cluster of a training set
-(paper split, seed 0, standardised) estimate its contamination, or hold the anomalies? Run from the repo root:
+(paper split, seed 0, standardised) estimate its contamination, or hold the anomalies?
     python3 docs/results/cluster_estimate/clusterdiag.py"""
 import glob
 import json
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -12,11 +14,16 @@ from offline_train.data import load_npz
 from offline_train.evaluation.protocol import make_split
 from offline_train.scaler import Scaler
 
-OUT = "docs/results/cluster_estimate"
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parents[2].parent / "shared" / "data" / "adbench"  # ../shared/data/adbench from the repository root
+FILES = glob.glob(str(DATA / "*.npz"))
+if not FILES:
+    raise SystemExit(f"{sys.argv[0]}: no ADBench npz files in {DATA}")
+OUT = HERE
 KS = (2, 3, 4)
 
 rows = []
-for path in sorted(glob.glob("../shared/data/adbench/*.npz")):
+for path in sorted(FILES):
     ds = os.path.basename(path)[:-4]
     X, y = load_npz(path)
     for setting in ("semi", "unsup"):

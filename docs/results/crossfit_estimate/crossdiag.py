@@ -86,6 +86,8 @@ def merge():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or (sys.argv[1] != "merge" and len(sys.argv) < 3):
+        raise SystemExit(f"usage: {sys.argv[0]} WORKER N_WORKERS | merge")
     if sys.argv[1] == "merge":
         merge()
     else:

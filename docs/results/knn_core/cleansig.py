@@ -39,6 +39,8 @@ if __name__ == "__main__":
     from offline_train.evaluation.runner import _prepared
 
     data = Path("../shared/data/adbench")
+    if len(sys.argv) < 3:
+        raise SystemExit(f"usage: {sys.argv[0]} SEMI_PAPER_DIR UNSUP_PAPER_DIR")
     semi_dir, unsup_dir = sys.argv[1], sys.argv[2]
     rows = []
     for f in sorted(glob.glob(f"{unsup_dir}/*_0.npz")):

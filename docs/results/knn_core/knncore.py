@@ -99,6 +99,8 @@ def summary(paths):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3 or (sys.argv[1] != "summary" and len(sys.argv) < 5):
+        raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
     if sys.argv[1] == "summary":
         summary(sys.argv[2:])
     else:

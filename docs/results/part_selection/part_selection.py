@@ -87,6 +87,5 @@ def main(dirs: list[str]) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
-        print(__doc__.strip().splitlines()[2].strip())
-        sys.exit(1)
+        sys.exit(f"usage: {sys.argv[0]} DIR [DIR ...]")
     sys.exit(main(sys.argv[1:]))

@@ -23,6 +23,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from streamer.dev import local_services as ls
 
+if len(sys.argv) < 3 or sys.argv[1] not in ("idem", "plain"):
+    raise SystemExit(f"usage: {sys.argv[0]} idem|plain TRIALS")
 idem = sys.argv[1] == "idem"
 class Dup(logging.Handler):
     n = 0
