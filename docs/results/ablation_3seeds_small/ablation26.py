@@ -4,7 +4,7 @@ The default and the network alone (the blend off: the same training, scored with
 files of ``docs/results/ablation_snapshots/variants.py``; each variant from ``kdsm bench adbench`` CSVs with one
 setting changed (paper split, this folder: the 11 small datasets in ``<variant>.csv``, the 15 larger in
 ``<variant>_large*.csv``; the teacher's and ``sigma.base``'s seed 0 from their own folders; ``max_drop`` only where it
-binds, the default's row elsewhere; clean split: ``<variant>_clean*.csv``, all 26 datasets, and the seed-0 runs of the
+binds, the default's row elsewhere; clean split: ``<variant>_clean*.csv``, all 26 datasets (``max_drop`` where it binds), and the seed-0 runs of the
 teacher and ``sigma.base``); IForest from the committed baseline rows of the same splits and seeds. A variant without
 every seed gets its complete seeds' columns and no 3-seed mean.
 
@@ -40,7 +40,9 @@ VARIANTS = {"paper": {REFINE_OFF: ["refine_off.csv", "refine_off_large.csv"],
                       START_KEEP_1: ["startkeep1_clean.csv"],
                       ROUNDS_1: ["rounds1_clean_seed0.csv", "rounds1_clean_seeds12.csv"],
                       TEACHER_OFF: ["../ablation_teacher_off/teacher_off_unsup_clean_seed0.csv", "teacher_off_clean_seeds12.csv"],
-                      SIGMA_1: ["../ablation_sigma_base/sigma1_unsup_clean.csv"]}}
+                      SIGMA_1: ["../ablation_sigma_base/sigma1_unsup_clean.csv", "sigma1_clean_seeds12.csv"],
+                      THRESHOLD: ["threshold055_clean.csv"],
+                      CAPPED: ["maxdrop03_clean.csv"]}}
 IFOREST = {"paper": [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"],
            "clean": [HERE.parent / "unsup_clean_default" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_clean" / "results.csv"]}
 
