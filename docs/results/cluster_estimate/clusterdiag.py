@@ -1,7 +1,6 @@
 """Diagnosis (reads labels, for this report only): does the size of the smallest k-means cluster of a training set
 (paper split, seed 0, standardised) estimate its contamination, or hold the anomalies?
     python3 docs/results/cluster_estimate/clusterdiag.py"""
-import glob
 import json
 import os
 import sys
@@ -10,20 +9,22 @@ from pathlib import Path
 import numpy as np
 from sklearn.cluster import KMeans
 
-from offline_train.data import load_npz
+from offline_train.data import DataError, load_npz
 from offline_train.evaluation.protocol import make_split
+from offline_train.evaluation.runner import dataset_paths
 from offline_train.scaler import Scaler
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[2].parent / "shared" / "data" / "adbench"  # ../shared/data/adbench from the repository root
-FILES = glob.glob(str(DATA / "*.npz"))
-if not FILES:
-    raise SystemExit(f"{sys.argv[0]}: no ADBench npz files in {DATA}")
+try:
+    FILES = sorted(dataset_paths(DATA))  # by name, the order the committed JSON was written in
+except (FileNotFoundError, DataError) as e:
+    raise SystemExit(f"{sys.argv[0]}: {e}") from None
 OUT = HERE
 KS = (2, 3, 4)
 
 rows = []
-for path in sorted(FILES):
+for path in FILES:
     ds = os.path.basename(path)[:-4]
     X, y = load_npz(path)
     for setting in ("semi", "unsup"):

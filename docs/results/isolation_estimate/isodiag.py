@@ -1,7 +1,6 @@
 """Diagnosis (reads labels, for this report only): the isolation forest's contamination estimate on clean (semi) and
 contaminated (unsup) training sets of the paper split, seed 0:
     python3 docs/results/isolation_estimate/isodiag.py"""
-import glob
 import json
 import os
 import sys
@@ -10,8 +9,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import IsolationForest
 
-from offline_train.data import load_npz
+from offline_train.data import DataError, load_npz
 from offline_train.evaluation.protocol import make_split
+from offline_train.evaluation.runner import dataset_paths
 from offline_train.scaler import Scaler
 
 ts=[0.5,0.55,0.6,0.65,0.7]
@@ -19,10 +19,11 @@ rows=[]
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parents[2].parent / "shared" / "data" / "adbench"  # ../shared/data/adbench from the repository root
-FILES = glob.glob(str(DATA / "*.npz"))
-if not FILES:
-    raise SystemExit(f"{sys.argv[0]}: no ADBench npz files in {DATA}")
-for p in sorted(FILES):
+try:
+    FILES = sorted(dataset_paths(DATA))  # by name, the order the committed JSON was written in
+except (FileNotFoundError, DataError) as e:
+    raise SystemExit(f"{sys.argv[0]}: {e}") from None
+for p in FILES:
     ds=os.path.basename(p)[:-4]; X,y=load_npz(p)
     for setting in ('semi','unsup'):
         s=make_split(y,setting,'paper',0); sc=Scaler.fit(X[s.scaler_idx]); Z=sc.transform(X[s.train_idx])
