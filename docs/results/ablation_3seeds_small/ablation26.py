@@ -46,44 +46,55 @@ VARIANTS = {"paper": {REFINE_OFF: ["refine_off.csv", "refine_off_large.csv"],
 IFOREST = {"paper": [HERE.parent / "unsup_paper_fast" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_paper" / "results.csv"],
            "clean": [HERE.parent / "unsup_clean_default" / "results.csv", HERE.parent / "baselines_seeds12" / "unsup_clean" / "results.csv"]}
 
-args = sys.argv[1:]
-split = "paper"
-if args[:1] == ["--split"]:
-    split, args = (args[1] if len(args) > 1 else ""), args[2:]
-if split not in VARIANTS or not args:
-    raise SystemExit(f"usage: {sys.argv[0]} [--split paper|clean] NPZ_DIR [NPZ_DIR ...]")
-runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
-unbound = set()  # dataset-seeds where the forest's contamination estimate is below MAX_DROP
-for f in sum((glob.glob(f"{d}/*_unsup_{split}_*.npz") for d in args), []):
-    key = dataset_seed(f)
-    d = np.load(f)
-    runs["**default**"][key] = (ap(d["y_test"], d["blend_test"]), roc(d["y_test"], d["blend_test"]))
-    runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
-    if np.mean(d["forest_train"] > 0.5) <= MAX_DROP:  # refine.threshold 0.5: the estimate the default computed
-        unbound.add(key)
-if not runs:
-    raise SystemExit(f"usage: {sys.argv[0]} [--split paper|clean] NPZ_DIR [NPZ_DIR ...] (no *_unsup_{split}_*.npz file found)")
-for name, files in VARIANTS[split].items():  # each file holds one setting and split
-    rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
-    runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
-    if name == CAPPED:
-        assert not unbound & set(runs[name]), "a run where the cap does not bind"
-        runs[name].update({k: runs["**default**"][k] for k in unbound})
-runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST[split]).items() if k in runs["**default**"]}
 
-keys = sorted(runs["**default**"])
-datasets = sorted({ds for ds, _ in keys})
-print(f"contaminated {split} split, {len(datasets)} datasets, {len(keys)} dataset-seeds per row; mean over the datasets "
-      "of each dataset's mean over its seeds, AUC-PR / AUC-ROC")
-print("| variant | seeds 0-2 | seed 0 | seed 1 | seed 2 | default ahead (PR / ROC) | runs |")
-print("|---|---|---|---|---|---|---|")
-per_ds = {n: seed_averaged(r) for n, r in runs.items()}
-for name, r in runs.items():
-    seeds = [np.mean([r[(ds, s)] for ds in datasets], 0) if all((ds, s) in r for ds in datasets) else None for s in (0, 1, 2)]
-    cells = " | ".join("" if m is None else f"{m[0]:.3f} / {m[1]:.3f}" for m in seeds)
-    if any(k not in r for k in keys):
-        print(f"| {name} | incomplete: {len([k for k in keys if k not in r])} of {len(keys)} runs missing | {cells} | | {len(r)} |")
-        continue
-    mean = np.mean(list(per_ds[name].values()), 0)
-    better = "" if name == "**default**" else " / ".join(map(str, ahead(per_ds["**default**"], per_ds[name])))
-    print(f"| {name} | {mean[0]:.3f} / {mean[1]:.3f} | {cells} | {better} | {len(r)} |")
+def table(runs: dict, title: str) -> None:
+    """Print the ablation table of {variant: {(dataset, seed): (AUC-PR, AUC-ROC)}} against the "**default**" row."""
+    keys = sorted(runs["**default**"])
+    datasets = sorted({ds for ds, _ in keys})
+    print(f"{title}, {len(datasets)} datasets, {len(keys)} dataset-seeds per row; mean over the datasets "
+          "of each dataset's mean over its seeds, AUC-PR / AUC-ROC")
+    print("| variant | seeds 0-2 | seed 0 | seed 1 | seed 2 | default ahead (PR / ROC) | runs |")
+    print("|---|---|---|---|---|---|---|")
+    per_ds = {n: seed_averaged(r) for n, r in runs.items()}
+    for name, r in runs.items():
+        seeds = [np.mean([r[(ds, s)] for ds in datasets], 0) if all((ds, s) in r for ds in datasets) else None
+                 for s in (0, 1, 2)]
+        cells = " | ".join("" if m is None else f"{m[0]:.3f} / {m[1]:.3f}" for m in seeds)
+        if any(k not in r for k in keys):
+            print(f"| {name} | incomplete: {len([k for k in keys if k not in r])} of {len(keys)} runs missing | {cells} | | {len(r)} |")
+            continue
+        mean = np.mean(list(per_ds[name].values()), 0)
+        better = "" if name == "**default**" else " / ".join(map(str, ahead(per_ds["**default**"], per_ds[name])))
+        print(f"| {name} | {mean[0]:.3f} / {mean[1]:.3f} | {cells} | {better} | {len(r)} |")
+
+
+def main(args: list[str]) -> None:
+    split = "paper"
+    if args[:1] == ["--split"]:
+        split, args = (args[1] if len(args) > 1 else ""), args[2:]
+    if split not in VARIANTS or not args:
+        raise SystemExit(f"usage: {sys.argv[0]} [--split paper|clean] NPZ_DIR [NPZ_DIR ...]")
+    runs = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
+    unbound = set()  # dataset-seeds where the forest's contamination estimate is below MAX_DROP
+    for f in sum((glob.glob(f"{d}/*_unsup_{split}_*.npz") for d in args), []):
+        key = dataset_seed(f)
+        d = np.load(f)
+        runs["**default**"][key] = (ap(d["y_test"], d["blend_test"]), roc(d["y_test"], d["blend_test"]))
+        runs["no blend (the network alone)"][key] = (ap(d["y_test"], d["net_test"]), roc(d["y_test"], d["net_test"]))
+        if np.mean(d["forest_train"] > 0.5) <= MAX_DROP:  # refine.threshold 0.5: the estimate the default computed
+            unbound.add(key)
+    if not runs:
+        raise SystemExit(f"usage: {sys.argv[0]} [--split paper|clean] NPZ_DIR [NPZ_DIR ...] (no *_unsup_{split}_*.npz file found)")
+    for name, files in VARIANTS[split].items():  # each file holds one setting and split
+        rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
+        runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
+        if name == CAPPED:
+            assert not unbound & set(runs[name]), "a run where the cap does not bind"
+            runs[name].update({k: runs["**default**"][k] for k in unbound})
+    runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST[split]).items() if k in runs["**default**"]}
+
+    table(runs, f"contaminated {split} split")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
