@@ -68,6 +68,17 @@ def table(runs: dict, title: str) -> None:
         print(f"| {name} | {mean[0]:.3f} / {mean[1]:.3f} | {cells} | {better} | {len(r)} |")
 
 
+def add_variants(runs: dict, variants: dict, unbound: set) -> None:
+    """Each variant's rows from its CSVs (``{name: [file, ...]}``, one setting each), on the default's dataset-seeds;
+    ``CAPPED`` takes the default's row on the ``unbound`` ones, where the cap changes nothing (and must not have run)."""
+    for name, files in variants.items():
+        rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
+        runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
+        if name == CAPPED:
+            assert not unbound & set(runs[name]), "a run where the cap does not bind"
+            runs[name].update({k: runs["**default**"][k] for k in unbound})
+
+
 def main(args: list[str]) -> None:
     split = "paper"
     if args[:1] == ["--split"]:
@@ -85,12 +96,7 @@ def main(args: list[str]) -> None:
             unbound.add(key)
     if not runs:
         raise SystemExit(f"usage: {sys.argv[0]} [--split paper|clean] NPZ_DIR [NPZ_DIR ...] (no *_unsup_{split}_*.npz file found)")
-    for name, files in VARIANTS[split].items():  # each file holds one setting and split
-        rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
-        runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
-        if name == CAPPED:
-            assert not unbound & set(runs[name]), "a run where the cap does not bind"
-            runs[name].update({k: runs["**default**"][k] for k in unbound})
+    add_variants(runs, VARIANTS[split], unbound)
     runs["IForest"] = {k: v for k, v in baseline_rows(IFOREST[split]).items() if k in runs["**default**"]}
 
     table(runs, f"contaminated {split} split")

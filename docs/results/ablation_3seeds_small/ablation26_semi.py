@@ -23,6 +23,7 @@ from ablation26 import (
     START_KEEP_1,
     TEACHER_OFF,
     THRESHOLD,
+    add_variants,
     baseline_rows,
     table,
 )
@@ -50,12 +51,7 @@ def main() -> None:
     runs = {"**default**": baseline_rows(DEFAULT, "default")}
     unbound = {(r["dataset"], int(r["seed"])) for p in DEFAULT for r in csv.DictReader(open(p))
                if r["method"] == "default" and r["status"] == "ok" and float(r["kept_fraction"]) >= 1 - MAX_DROP - 1e-9}
-    for name, files in VARIANTS.items():  # each file holds one setting
-        rows = baseline_rows([HERE / f for f in files if (HERE / f).exists()], "default")
-        runs[name] = {k: v for k, v in rows.items() if k in runs["**default**"]}
-        if name == CAPPED:
-            assert not unbound & set(runs[name]), "a run where the cap does not bind"
-            runs[name].update({k: runs["**default**"][k] for k in unbound})
+    add_variants(runs, VARIANTS, unbound)
     for name, method in BASELINES.items():
         runs[name] = {k: v for k, v in baseline_rows(BASELINE_FILES, method).items() if k in runs["**default**"]}
     table(runs, "clean data (semi), clean split")
