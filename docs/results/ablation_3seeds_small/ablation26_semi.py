@@ -80,5 +80,6 @@ def main(args: list[str]) -> None:
         runs[name] = {k: v for k, v in baseline_rows(BASELINE_FILES[split], method).items() if k in runs["**default**"]}
     table(runs, TITLE[split])
 
+
 if __name__ == "__main__":
     main(sys.argv[1:])
