@@ -7,6 +7,7 @@ dataset-seed of DIR's files needs one).
 """
 import csv
 import glob
+import json
 import statistics as st
 import sys
 from collections import defaultdict
@@ -40,6 +41,52 @@ def seed_averaged(runs: dict) -> dict:
 def ahead(a: dict, b: dict) -> tuple[int, int]:
     """On how many datasets a's seed-averaged (AUC-PR, AUC-ROC) is above b's, each rounded to 3 decimals."""
     return tuple(sum(round(a[ds][i], 3) > round(b[ds][i], 3) for ds in a) for i in (0, 1))
+
+
+def rebuilt_runs(setting: str, split: str, dirs):
+    """For each variants.py file in dirs: (dataset, seed, the file's arrays, test labels, standardised training and
+    test rows), the split and scaler rebuilt as the bench builds them."""
+    from offline_train.config import TrainSettings
+    from offline_train.evaluation.runner import _prepared
+
+    data = Path("../shared/data/adbench")
+    scale_discrete = TrainSettings().data.scale_discrete
+    for f in sum((sorted(glob.glob(f"{d}/*.npz")) for d in dirs), []):
+        ds, seed = dataset_seed(f)
+        X, sp, sc = _prepared(data / f"{ds}.npz", setting, split, seed, scale_discrete)
+        Ztr, Zte = (np.clip(sc.transform(X[idx]), -1e4, 1e4) for idx in (sp.train_idx, sp.test_idx))
+        yield ds, seed, np.load(f), sp.y_test, Ztr, Zte
+
+
+def cores(d) -> dict:
+    """The default's two cores of a variants.py file's training rows, as sorted indices: ``netcore`` = the share
+    1 - (the forest's contamination estimate, at most refine.max_drop 0.5) the trained network finds most normal
+    (what the refinement keeps), ``fcore50`` = the warm start's core (the forest's least isolated half)."""
+    n = len(d["net_train"])
+    est = min(float(np.mean(d["forest_train"] > 0.5)), 0.5)
+    return {"netcore": np.sort(np.argsort(d["net_train"], kind="stable")[: max(2, int(np.ceil(n * (1 - est))))]),
+            "fcore50": np.sort(np.argsort(d["forest_train"], kind="stable")[: max(2, int(np.ceil(n * 0.5)))])}
+
+
+def print_run_summary(paths) -> None:
+    """Print each variant's mean over datasets of each dataset's mean over its seeds, from per-run JSON files
+    ({"dataset|seed": {variant: [AUC-PR, AUC-ROC]}}); 'ahead' counts datasets above the "forest alone" part."""
+    res = {}
+    for p in paths:
+        res.update(json.load(open(p)))
+    per = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
+    for key, v in res.items():
+        ds, seed = key.split("|")
+        for nm, m in v.items():
+            per[nm][(ds, int(seed))] = m
+    m = {nm: seed_averaged(r) for nm, r in per.items()}
+    width = max(map(len, m)) + 3
+    print(f"{len(res)} runs, {len(m['default'])} datasets; 'ahead' = datasets where the variant's mean is above the "
+          "forest part's (PyOD's IForest, same seed), AUC-PR / AUC-ROC")
+    for nm in m:
+        mean = np.mean(list(m[nm].values()), 0)
+        pr, rc = ahead(m[nm], m["forest alone"])
+        print(f"{nm:{width}s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {pr:2d} / {rc:2d}")
 
 
 def dataset_seed(path) -> tuple[str, int]:

@@ -14,10 +14,8 @@ The knn part is standardised on the log scale (``log``) or as it is (``raw``).
     python3 docs/results/knn_core/knncore.py SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]
     python3 docs/results/knn_core/knncore.py summary OUT.json [OUT.json ...]    # means, as protocol.py takes them
 """
-import glob
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ from sklearn.metrics import roc_auc_score as roc
 from sklearn.neighbors import NearestNeighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import ahead, dataset_seed, lg, seed_averaged, standardise  # noqa: E402
+from report import cores, lg, print_run_summary, rebuilt_runs, standardise  # noqa: E402
 
 MAX_REF = 2048
 
@@ -43,27 +41,14 @@ def kth_distance(Ztr, Zte, core, k, seed):
 
 
 def run(setting, split, out, dirs):
-    from offline_train.config import TrainSettings
-    from offline_train.evaluation.runner import _prepared
-
-    data = Path("../shared/data/adbench")
-    scale_discrete = TrainSettings().data.scale_discrete
     res = {}
-    for f in sum((sorted(glob.glob(f"{d}/*.npz")) for d in dirs), []):
-        ds, seed = dataset_seed(f)
-        d = np.load(f)
-        X, sp, sc = _prepared(data / f"{ds}.npz", setting, split, seed, scale_discrete)
-        Ztr, Zte = np.clip(sc.transform(X[sp.train_idx]), -1e4, 1e4), np.clip(sc.transform(X[sp.test_idx]), -1e4, 1e4)
-        est = min(float(np.mean(d["forest_train"] > 0.5)), 0.5)  # the default's estimate (refine.max_drop 0.5)
-        n = len(Ztr)
-        cores = {"netcore": np.sort(np.argsort(d["net_train"], kind="stable")[: max(2, int(np.ceil(n * (1 - est))))]),
-                 "fcore50": np.sort(np.argsort(d["forest_train"], kind="stable")[: max(2, int(np.ceil(n * 0.5)))]),
-                 "all": np.arange(n)}
+    for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
+        cores_ = {**cores(d), "all": np.arange(len(Ztr))}
         zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
         zf = standardise(d["forest_train"], d["forest_test"])
         v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"],
              "mean(net,forest)": (zn + zf) / 2}
-        for cname, core in cores.items():
+        for cname, core in cores_.items():
             for k in (5, 10):
                 dtr, dte = kth_distance(Ztr, Zte, core, k, seed)
                 nm = f"k{k}/{cname}"
@@ -74,34 +59,15 @@ def run(setting, split, out, dirs):
                     v[f"mean3 {how} {nm}"] = np.mean([zn, zf, zk], axis=0)
                     v[f"max(net,knn) {how} {nm}"] = np.maximum(zn, zk)
                     v[f"max(net,mean(forest,knn)) {how} {nm}"] = np.maximum(zn, (zf + zk) / 2)
-        res[f"{ds}|{seed}"] = {nm: (ap(sp.y_test, s), roc(sp.y_test, s)) for nm, s in v.items()}
+        res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
         print(ds, seed, flush=True)
     json.dump(res, open(out, "w"), indent=0)
-
-
-def summary(paths):
-    """Mean over datasets of each dataset's mean over its seeds; 'ahead' counts datasets above the forest part."""
-    res = {}
-    for p in paths:
-        res.update(json.load(open(p)))
-    per = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
-    for key, v in res.items():
-        ds, seed = key.split("|")
-        for nm, m in v.items():
-            per[nm][(ds, int(seed))] = m
-    m = {nm: seed_averaged(r) for nm, r in per.items()}
-    print(f"{len(res)} runs, {len(m['default'])} datasets; 'ahead' = datasets where the variant's mean is above the "
-          "forest part's (PyOD's IForest, same seed), AUC-PR / AUC-ROC")
-    for nm in m:
-        mean = np.mean(list(m[nm].values()), 0)
-        pr, rc = ahead(m[nm], m["forest alone"])
-        print(f"{nm:44s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {pr:2d} / {rc:2d}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 3 or (sys.argv[1] != "summary" and len(sys.argv) < 5):
         raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
     if sys.argv[1] == "summary":
-        summary(sys.argv[2:])
+        print_run_summary(sys.argv[2:])
     else:
         run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
