@@ -89,6 +89,17 @@ def print_run_summary(paths) -> None:
         print(f"{nm:{width}s} {mean[0]:.3f} / {mean[1]:.3f}  ahead {pr:2d} / {rc:2d}")
 
 
+def score_cli(score_run) -> None:
+    """``SCRIPT SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]``: score_run(setting, split, dirs) returns
+    {"dataset|seed": {variant: (AUC-PR, AUC-ROC)}}, written to OUT.json; ``SCRIPT summary OUT.json ...`` prints it."""
+    if len(sys.argv) < 3 or (sys.argv[1] != "summary" and len(sys.argv) < 5):
+        raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
+    if sys.argv[1] == "summary":
+        print_run_summary(sys.argv[2:])
+    else:
+        json.dump(score_run(sys.argv[1], sys.argv[2], sys.argv[4:]), open(sys.argv[3], "w"), indent=0)
+
+
 def dataset_seed(path) -> tuple[str, int]:
     """(dataset, seed) of a variants.py file named DATASET_SETTING_SPLIT_SEED.npz."""
     stem = Path(path).stem

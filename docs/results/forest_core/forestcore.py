@@ -17,7 +17,6 @@ most normal (what the refinement keeps), ``fcore50`` = the warm start's core (th
     python3 docs/results/forest_core/forestcore.py SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]
     python3 docs/results/forest_core/forestcore.py summary OUT.json [OUT.json ...]
 """
-import json
 import sys
 from pathlib import Path
 
@@ -26,10 +25,10 @@ from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import cores, lg, print_run_summary, rebuilt_runs, standardise  # noqa: E402
+from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 
-def run(setting, split, out, dirs):
+def run(setting, split, dirs):
     from offline_train.isolation import fit_forest
 
     res = {}
@@ -51,13 +50,8 @@ def run(setting, split, out, dirs):
             v[f"max(net, mean(forest, forest on {cname}))"] = np.maximum(zn, (zf + zc) / 2)
         res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
         print(ds, seed, flush=True)
-    json.dump(res, open(out, "w"), indent=0)
+    return res
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or (sys.argv[1] != "summary" and len(sys.argv) < 5):
-        raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
-    if sys.argv[1] == "summary":
-        print_run_summary(sys.argv[2:])
-    else:
-        run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    score_cli(run)

@@ -14,7 +14,6 @@ The knn part is standardised on the log scale (``log``) or as it is (``raw``).
     python3 docs/results/knn_core/knncore.py SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]
     python3 docs/results/knn_core/knncore.py summary OUT.json [OUT.json ...]    # means, as protocol.py takes them
 """
-import json
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from sklearn.metrics import roc_auc_score as roc
 from sklearn.neighbors import NearestNeighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import cores, lg, print_run_summary, rebuilt_runs, standardise  # noqa: E402
+from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 MAX_REF = 2048
 
@@ -40,7 +39,7 @@ def kth_distance(Ztr, Zte, core, k, seed):
     return np.where(in_ref, d_tr[:, k], d_tr[:, k - 1]), nn.kneighbors(Zte, k)[0][:, -1]
 
 
-def run(setting, split, out, dirs):
+def run(setting, split, dirs):
     res = {}
     for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
         cores_ = {**cores(d), "all": np.arange(len(Ztr))}
@@ -61,13 +60,8 @@ def run(setting, split, out, dirs):
                     v[f"max(net,mean(forest,knn)) {how} {nm}"] = np.maximum(zn, (zf + zk) / 2)
         res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
         print(ds, seed, flush=True)
-    json.dump(res, open(out, "w"), indent=0)
+    return res
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or (sys.argv[1] != "summary" and len(sys.argv) < 5):
-        raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
-    if sys.argv[1] == "summary":
-        print_run_summary(sys.argv[2:])
-    else:
-        run(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    score_cli(run)
