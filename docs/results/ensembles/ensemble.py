@@ -9,7 +9,7 @@ blended with a forest exactly as the default's score is (``offline_train.blend.B
     python3 docs/results/ensembles/ensemble.py SETTING SPLIT OUT.json BASE_DIR:SEED1000_DIR:SIGMA1_DIR [...]
     python3 docs/results/ensembles/ensemble.py summary OUT.json [OUT.json ...]
 
-SETTING and SPLIT only label the command line (the files hold the labels).
+SETTING and SPLIT select the files (named DATASET_SETTING_SPLIT_SEED.npz); a run missing a member's file is skipped.
 """
 import glob
 import sys
