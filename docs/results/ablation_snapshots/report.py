@@ -43,6 +43,30 @@ def ahead(a: dict, b: dict) -> tuple[int, int]:
     return tuple(sum(round(a[ds][i], 3) > round(b[ds][i], 3) for ds in a) for i in (0, 1))
 
 
+def npz_files(dirs, pattern: str = "*.npz") -> list[str]:
+    """The per-row files matching pattern in each folder of dirs; none at all exits with one line."""
+    files = sum((sorted(glob.glob(f"{d}/{pattern}")) for d in dirs), [])
+    if not files:
+        raise SystemExit(f"{sys.argv[0]}: no per-row file {pattern} in {' '.join(dirs)}")
+    return files
+
+
+def read_runs(paths) -> dict:
+    """Per-run JSON files ({"dataset|seed": {variant: [AUC-PR, AUC-ROC]}}) merged; a missing or unreadable file exits
+    with one line."""
+    res = {}
+    for p in paths:
+        try:
+            with open(p) as fh:
+                runs = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"{sys.argv[0]}: cannot read {p}: {e}") from None
+        if not isinstance(runs, dict) or not all(isinstance(v, dict) and "|" in k for k, v in runs.items()):
+            raise SystemExit(f"{sys.argv[0]}: {p} is not a per-run file ({{\"dataset|seed\": {{variant: [AUC-PR, AUC-ROC]}}}})")
+        res.update(runs)
+    return res
+
+
 def rebuilt_runs(setting: str, split: str, dirs):
     """For each variants.py file in dirs: (dataset, seed, the file's arrays, test labels, standardised training and
     test rows), the split and scaler rebuilt as the bench builds them."""
@@ -51,7 +75,7 @@ def rebuilt_runs(setting: str, split: str, dirs):
 
     data = Path("../shared/data/adbench")
     scale_discrete = TrainSettings().data.scale_discrete
-    for f in sum((sorted(glob.glob(f"{d}/*.npz")) for d in dirs), []):
+    for f in npz_files(dirs, f"*_{setting}_{split}_*.npz"):
         ds, seed = dataset_seed(f)
         X, sp, sc = _prepared(data / f"{ds}.npz", setting, split, seed, scale_discrete)
         Ztr, Zte = (np.clip(sc.transform(X[idx]), -1e4, 1e4) for idx in (sp.train_idx, sp.test_idx))
@@ -71,15 +95,15 @@ def cores(d) -> dict:
 def print_run_summary(paths) -> None:
     """Print each variant's mean over datasets of each dataset's mean over its seeds, from per-run JSON files
     ({"dataset|seed": {variant: [AUC-PR, AUC-ROC]}}); 'ahead' counts datasets above the "forest alone" part."""
-    res = {}
-    for p in paths:
-        res.update(json.load(open(p)))
+    res = read_runs(paths)
     per = defaultdict(dict)  # variant -> {(dataset, seed): (AUC-PR, AUC-ROC)}
     for key, v in res.items():
         ds, seed = key.split("|")
         for nm, m in v.items():
             per[nm][(ds, int(seed))] = m
     m = {nm: seed_averaged(r) for nm, r in per.items()}
+    if not {"default", "forest alone"} <= m.keys():
+        raise SystemExit(f"{sys.argv[0]}: the files hold no 'default' or 'forest alone' rows to summarise")
     width = max(map(len, m)) + 3
     print(f"{len(res)} runs, {len(m['default'])} datasets; 'ahead' = datasets where the variant's mean is above the "
           "forest part's (PyOD's IForest, same seed), AUC-PR / AUC-ROC")
@@ -96,8 +120,13 @@ def score_cli(score_run) -> None:
         raise SystemExit(f"usage: {sys.argv[0]} SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...] | summary OUT.json [OUT.json ...]")
     if sys.argv[1] == "summary":
         print_run_summary(sys.argv[2:])
-    else:
-        json.dump(score_run(sys.argv[1], sys.argv[2], sys.argv[4:]), open(sys.argv[3], "w"), indent=0)
+        return
+    out = Path(sys.argv[3])
+    if not out.parent.is_dir():  # say so before the scoring, not after it
+        raise SystemExit(f"{sys.argv[0]}: no folder {out.parent} for {out}")
+    runs = score_run(sys.argv[1], sys.argv[2], sys.argv[4:])
+    with open(out, "w") as fh:
+        json.dump(runs, fh, indent=0)
 
 
 def dataset_seed(path) -> tuple[str, int]:

@@ -11,7 +11,6 @@ blended with a forest exactly as the default's score is (``offline_train.blend.B
 
 SETTING and SPLIT select the files (named DATASET_SETTING_SPLIT_SEED.npz); a run missing a member's file is skipped.
 """
-import glob
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import blended, dataset_seed, lg, score_cli  # noqa: E402
+from report import blended, dataset_seed, lg, npz_files, score_cli  # noqa: E402
 
 
 def geo(*scores):
@@ -30,8 +29,10 @@ def geo(*scores):
 def run(setting, split, dirs):
     res = {}
     for triple in dirs:
+        if triple.count(":") != 2:
+            raise SystemExit(f"{sys.argv[0]}: {triple!r} is not BASE_DIR:SEED1000_DIR:SIGMA1_DIR")
         base, s1000, sig1 = triple.split(":")
-        for f in sorted(glob.glob(f"{base}/*_{setting}_{split}_*.npz")):
+        for f in npz_files([base], f"*_{setting}_{split}_*.npz"):
             name = Path(f).name
             if not (Path(s1000, name).exists() and Path(sig1, name).exists()):
                 continue
@@ -57,6 +58,8 @@ def run(setting, split, dirs):
                      forests, geo(d["net_train"], a["net_train"], b["net_train"]),
                      geo(d["net_test"], a["net_test"], b["net_test"]))}
             res[f"{ds}|{seed}"] = {nm: (ap(d["y_test"], s), roc(d["y_test"], s)) for nm, s in v.items()}
+    if not res:
+        raise SystemExit(f"{sys.argv[0]}: no run has both members' files in {' '.join(dirs)}")
     return res
 
 

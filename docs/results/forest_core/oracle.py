@@ -8,10 +8,14 @@ where it beats both parts on one run, which the blends measured mostly do not.
     python3 docs/results/forest_core/oracle.py JSON [JSON ...] --parts PART [PART ...] [--parts PART ...]
 """
 import argparse
-import json
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import read_runs  # noqa: E402
 
 
 def main():
@@ -19,9 +23,10 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--parts", nargs="+", action="append", required=True)
     a = ap.parse_args()
-    runs = {}
-    for f in a.files:
-        runs.update(json.load(open(f)))
+    runs = read_runs(a.files)
+    missing = sorted({p for v in runs.values() for parts in a.parts for p in parts if p not in v})
+    if missing:
+        raise SystemExit(f"{sys.argv[0]}: no part {', '.join(map(repr, missing))} in every run")
     print(f"{len(runs)} runs; mean AUC-PR / AUC-ROC of the per-run best part (labels pick it: a bound, not a detector)")
     for parts in a.parts:
         by = defaultdict(list)
