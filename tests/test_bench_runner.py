@@ -72,6 +72,17 @@ def test_identical_split_for_every_method(data_dir, tmp_path):
     assert len(rows) == 3 and len(sizes) == 1
 
 
+def test_wider_baselines_run_only_when_named_and_find_planted_outliers(data_dir, tmp_path):
+    from offline_train.evaluation.cli import DEFAULT_METHODS
+    from offline_train.evaluation.methods import EXTRA_BASELINES
+
+    assert not set(EXTRA_BASELINES) & {m for v in DEFAULT_METHODS.values() for m in v.split(",")}
+    spec = BenchSpec(data_dir, tmp_path / "out", datasets=["blobs"], methods=EXTRA_BASELINES, split="clean")
+    rows = run_bench(spec, TrainSettings(), progress=False)
+    assert sorted(r["method"] for r in rows) == sorted(EXTRA_BASELINES)
+    assert all(r["status"] == "ok" and float(r["aucroc"]) > 0.9 for r in rows), rows
+
+
 def test_cli_end_to_end_on_real_datasets(tmp_path, monkeypatch, capsys):
     if not (ADBENCH / "14_glass.npz").exists():
         pytest.fail(f"ADBench data missing at {ADBENCH}")

@@ -11,7 +11,10 @@ every training row trains, and the metrics are threshold-free anyway.
 
 Baselines are PyOD with its defaults except the protocol's choices: KNN with
 k=5 and the largest-distance score, IForest, LOF with 20 neighbours, ECOD.
-They see the same standardised rows the deep methods see.
+They see the same standardised rows the deep methods see. The wider set
+(``EXTRA_BASELINES``: the rest of ADBench's classical detectors, PCA, OCSVM,
+CBLOF, HBOS, COPOD, LODA and MCD, plus INNE and a one-component GMM, all at
+PyOD's defaults, seeded where they draw) runs only when named in ``--methods``.
 
 >>> import numpy as np
 >>> from offline_train.config import TrainSettings
@@ -41,7 +44,8 @@ PAPER_METHODS: dict[str, tuple[str, bool]] = {
     "dsm-ema": ("global", True),
 }
 DEEP_METHODS = ("default", *PAPER_METHODS)
-BASELINES = ("knn", "iforest", "lof", "ecod")
+EXTRA_BASELINES = ("pca", "ocsvm", "cblof", "hbos", "copod", "loda", "mcd", "inne", "gmm")
+BASELINES = ("knn", "iforest", "lof", "ecod", *EXTRA_BASELINES)
 METHODS = tuple(DEEP_METHODS) + BASELINES
 
 
@@ -54,15 +58,27 @@ class FitResult:
     info: dict = field(default_factory=dict)
 
 
-def _baseline(name: str, seed: int):
+def _baseline(name: str, seed: int, X: np.ndarray):
     # Imported here: PyOD is an optional (bench) dependency of the package.
-    from pyod.models.ecod import ECOD
-    from pyod.models.iforest import IForest
-    from pyod.models.knn import KNN
-    from pyod.models.lof import LOF
+    import importlib
 
-    return {"knn": lambda: KNN(n_neighbors=5, method="largest"), "iforest": lambda: IForest(random_state=seed),
-            "lof": lambda: LOF(n_neighbors=20), "ecod": lambda: ECOD()}[name]()
+    module, cls, kwargs = {
+        "knn": ("knn", "KNN", {"n_neighbors": 5, "method": "largest"}), "iforest": ("iforest", "IForest", {"random_state": seed}),
+        "lof": ("lof", "LOF", {"n_neighbors": 20}), "ecod": ("ecod", "ECOD", {}),
+        "pca": ("pca", "PCA", {"random_state": seed}), "ocsvm": ("ocsvm", "OCSVM", {}),
+        "cblof": ("cblof", "CBLOF", {"random_state": seed}), "hbos": ("hbos", "HBOS", {}), "copod": ("copod", "COPOD", {}),
+        "loda": ("loda", "LODA", {"random_state": seed}), "mcd": ("mcd", "MCD", {"random_state": seed}),
+        "inne": ("inne", "INNE", {"random_state": seed}), "gmm": ("gmm", "GMM", {"random_state": seed}),
+    }[name]
+    if name == "pca":
+        kwargs = {**kwargs, "n_components": _rank(X)}
+    return getattr(importlib.import_module(f"pyod.models.{module}"), cls)(**kwargs)
+
+
+def _rank(X: np.ndarray) -> int:
+    # PyOD's PCA weights each component by 1 / its explained variance: a component of zero variance
+    # (a bootstrap sample with collinear columns) makes every score infinite, so keep only the rank's.
+    return max(1, int(np.linalg.matrix_rank(X - X.mean(axis=0))))
 
 
 def make_kdsm(name: str, settings, seed: int) -> KDSM:
@@ -98,7 +114,8 @@ def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler
                 "filtered_fraction": ts.filtered_fraction,
                 "kept_fraction": ts.refine["keep"] if ts.refine else None}
     else:
-        model = _baseline(name, seed).fit(scaler.transform(X_train))
+        Z = scaler.transform(X_train)
+        model = _baseline(name, seed, Z).fit(Z)
         fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
         t1 = time.perf_counter()
         scores = model.decision_function(scaler.transform(X_test))
