@@ -83,6 +83,18 @@ def test_wider_baselines_run_only_when_named_and_find_planted_outliers(data_dir,
     assert all(r["status"] == "ok" and float(r["aucroc"]) > 0.9 for r in rows), rows
 
 
+def test_pca_baseline_scores_collinear_columns_finitely():
+    # PyOD's PCA at its defaults divides by a zero-variance component here: every score infinite.
+    from offline_train.evaluation.methods import fit_score
+    from offline_train.scaler import Scaler
+
+    X = np.random.default_rng(0).normal(size=(300, 4))
+    X = np.c_[X, X[:, 0] + X[:, 1]]
+    X[:10] += 6
+    r = fit_score("pca", X, X, Scaler.fit(X), TrainSettings(), seed=0)
+    assert np.isfinite(r.scores).all() and r.scores[:10].min() > np.median(r.scores[10:])
+
+
 def test_cli_end_to_end_on_real_datasets(tmp_path, monkeypatch, capsys):
     if not (ADBENCH / "14_glass.npz").exists():
         pytest.fail(f"ADBench data missing at {ADBENCH}")
