@@ -193,8 +193,10 @@ class KDSM(BaseEstimator):
         phase(f"reading: pass 1 of 5 (column moments){where}")
         moments = reduce(ColumnMoments.empty(d))
         if moments.n < 2:
-            raise DataError(f"too few usable rows to train in {source.path}: {moments.n} "
-                            f"({source.rows_read} read, {source.rows_skipped} with missing or non-finite features)")
+            held_out = source.rows_read - source.rows_skipped - moments.n  # calibration's share (calibration.holdout)
+            raise DataError(f"too few usable rows to train in {source.path}: {moments.n} of {source.rows_read} read "
+                            f"({source.rows_skipped} with missing or non-finite features, {held_out} held out for "
+                            f"calibration); at least 2 are needed")
         scaler = Scaler.from_moments(moments, self.scale_discrete)
         phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram){where}")
         sig = KurtosisSigmas.from_config(self.sigma_config).fit_with(reduce, scaler)

@@ -114,6 +114,11 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
     assert train(data=str(empty)) == 2
     assert "rows" in _err(capsys)
 
+    one_row = tmp_path / "one.parquet"  # its one row falls in calibration's hold-out: the message says where it went
+    pq.write_table(pa.table({"f0": [0.5], "f1": [1.5]}), one_row)
+    assert train(data=str(one_row)) == 2
+    assert "0 of 1 read (0 with missing or non-finite features, 1 held out for calibration)" in _err(capsys)
+
     assert train("--features", "f0", "nope") == 2
     assert "unknown feature column(s): nope" in _err(capsys)
 
