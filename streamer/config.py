@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from offline_train.config import Section, TrainSettings
 from streamer.lifecycle.config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
@@ -48,7 +48,15 @@ class KafkaConfig(Section):
     delivery_timeout_s: float = Field(30.0, gt=0, description="longest wait for the broker to acknowledge a batch's alerts")
     idempotent_producer: bool = Field(True, description="at_least_once: the producer's retries are idempotent (a retried batch is never written twice on Kafka); false for a broker that answers a retried batch as a duplicate without having stored it (the durable Tansu dev broker after kill -9: docs/operations.md); exactly_once is always idempotent")
     delivery: Literal["at_least_once", "exactly_once"] = Field("at_least_once", description="at_least_once: alerts are acked, then offsets committed (a crash re-sends, subscribers de-duplicate by alert_id); exactly_once: a batch's alerts, dead letters and offsets commit in one Kafka transaction (subscribers read with isolation.level=read_committed)")
+    commit_interval_ms: int = Field(0, ge=0, description="at_least_once: commit the acknowledged batches' offsets at most this often (0 = after every batch); a commit per interval instead of per batch raises throughput, and a crash re-sends up to this long's events (de-duplicated by alert_id); the archive sees a batch after its commit; exactly_once commits every batch's transaction")
     transactional_id: str | None = Field(None, description="exactly_once: this instance's transactional id, stable across its restarts and unique in the group (a second process with the same id fences the first); None = <group_id>.<hostname>")
+
+    @model_validator(mode="after")
+    def _interval_needs_at_least_once(self) -> KafkaConfig:
+        if self.delivery == "exactly_once" and self.commit_interval_ms:
+            raise ValueError("commit_interval_ms applies to at_least_once only: exactly_once commits each batch in "
+                             "its own transaction")
+        return self
 
 
 class RedisConfig(Section):

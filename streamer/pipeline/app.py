@@ -196,10 +196,12 @@ class StreamApp:
         else:
             self.consumer = make_consumer(k)
             self.producer = make_producer(k)
-            self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s)
+            self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
+                                           commit_interval_s=k.commit_interval_ms / 1000)
         self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
         log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
                   "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight, "delivery": k.delivery,
+                  "commit_interval_ms": k.commit_interval_ms,
                   **({"transactional_id": transactional_id(k)} if k.delivery == "exactly_once" else {})})
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
@@ -263,12 +265,13 @@ class StreamApp:
                 log.warning({"event": "close_failed", "client": client, "error": repr(e)})
 
     def _backpressure(self) -> None:
-        """Pause fetching while the oldest batches wait for their acks, then commit them and resume."""
+        """Pause fetching while the oldest batches wait for their acks, then commit them (or, with a commit
+        interval, leave them for its commit) and resume."""
         parts = self.consumer.assignment()
         self.consumer.pause(*parts)
         self.metrics.paused.inc()
         try:
-            self._after_commit(self.checkpoint.drain())
+            self._after_commit(self.checkpoint.settle())
         finally:
             self.consumer.resume(*[p for p in parts if p in self.consumer.assignment()])
 
