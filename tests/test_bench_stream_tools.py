@@ -37,3 +37,28 @@ def test_bench_stream_refuses_counts_below_one_in_one_line(argv, capsys):
         main(["bench", "stream", *argv])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err
+
+
+@pytest.mark.integration
+def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp_path):
+    """``--rounds``: consume-only and end to end alternate on fresh groups; the headline is the median of the
+    rounds' ratios and the two rates are the medians of the rounds' (real broker)."""
+    import json
+    import statistics
+
+    from streamer.config import Settings
+    from streamer.dev.bench_stream import run
+
+    s = Settings()
+    s.kafka.bootstrap = kafka_bootstrap
+    s.stream.max_batch = 500
+    out = tmp_path / "bench.json"
+    r = run(s, events=3000, width=16, depth=1, features=3, latency_seconds=0.5, out=str(out), external_broker=True,
+            scorer_kind="none", rounds=3, log=lambda line: None)
+    rounds = r["rounds"]
+    assert len(rounds) == 3 and all(x["consume_only_msg_per_s"] > 0 and x["e2e_events_per_s"] > 0 for x in rounds)
+    for x in rounds:
+        assert x["ratio"] == pytest.approx(x["e2e_events_per_s"] / x["consume_only_msg_per_s"], abs=1e-3)
+    assert r["ratio_e2e_over_consume"] == pytest.approx(statistics.median(x["ratio"] for x in rounds), abs=1e-3)
+    assert r["e2e_events_per_s"] == round(statistics.median(x["e2e_events_per_s"] for x in rounds))
+    assert r["config"]["rounds"] == 3 and json.loads(out.read_text())["rounds"] == rounds

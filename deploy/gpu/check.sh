@@ -70,11 +70,12 @@ if [ "${FULL:-0}" = 1 ]; then
     echo "train cardio wall $((SECONDS - s0)) s" | tee -a "$out/full.log"
 fi
 
-step "bench stream (scorer on $device, $events events)"
-t 240 python3 -m streamer bench stream --device "$device" --events "$events" --out "$out/bench-stream.json"
+# Two rounds of consume-only and end to end each (the bench's default is 3): the device's minutes are few.
+step "bench stream (scorer on $device, $events events, 2 rounds)"
+t 240 python3 -m streamer bench stream --device "$device" --events "$events" --rounds 2 --out "$out/bench-stream.json"
 
-step "bench stream --scorer none ($none_events events)"
-t 150 python3 -m streamer bench stream --scorer none --device "$device" --events "$none_events" \
+step "bench stream --scorer none ($none_events events, 2 rounds)"
+t 150 python3 -m streamer bench stream --scorer none --device "$device" --events "$none_events" --rounds 2 \
     --out "$out/bench-stream-none.json"
 
 step "bench stream --processes 1,2,4 ($scale_events events, 4 partitions, one GPU)"
