@@ -29,42 +29,49 @@ from sklearn.neighbors import NearestNeighbors
 
 from offline_train.evaluation.runner import _prepared
 
-data = Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).resolve().parents[4] / "shared" / "data" / "adbench"
-split = sys.argv[1] if len(sys.argv) > 1 else "paper"
-seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 
 def stats(Z):
     Zu = np.unique(Z, axis=0)
-    n = len(Zu)
     f = -IsolationForest(random_state=0).fit(Zu).score_samples(Zu)  # higher = more isolated
-    k = min(10, n - 1)
-    dk = NearestNeighbors(n_neighbors=k + 1).fit(Zu).kneighbors(Zu)[0][:, -1]
+    k = min(10, len(Zu) - 1)
+    dk = NearestNeighbors(n_neighbors=k + 1).fit(Zu).kneighbors(Zu)[0][:, -1]  # the first neighbour is the row
     top = f >= np.quantile(f, 0.8)
-    rho = spearmanr(f, dk)[0]
-    dense_isolated = float(np.mean(dk[top] <= np.median(dk)))
-    rel = float(np.median(dk[top]) / np.median(dk))
-    # within-flagged kNN vs flagged-to-rest kNN
     F, R = Zu[top], Zu[~top]
     kk = min(5, len(F) - 1)
-    d_ff = NearestNeighbors(n_neighbors=kk + 1).fit(F).kneighbors(F)[0][:, -1]
-    d_fr = NearestNeighbors(n_neighbors=kk).fit(R).kneighbors(F)[0][:, -1]
-    self_pull = float(np.median(d_ff / (d_fr + 1e-12)))
-    return {"rho(forest,knn)": rho, "dense among isolated": dense_isolated, "knn ratio top/all": rel,
-            "flagged self/rest": self_pull}
+    d_ff = NearestNeighbors(n_neighbors=kk + 1).fit(F).kneighbors(F)[0][:, -1]  # among the top fifth
+    d_fr = NearestNeighbors(n_neighbors=kk).fit(R).kneighbors(F)[0][:, -1]  # from the top fifth to the rest
+    return {"rho(forest,knn)": spearmanr(f, dk)[0], "dense among isolated": float(np.mean(dk[top] <= np.median(dk))),
+            "knn ratio top/all": float(np.median(dk[top]) / np.median(dk)),
+            "flagged self/rest": float(np.median(d_ff / (d_fr + 1e-12)))}
 
-print(f"clean / contaminated training set, {split} split, seed {seed}")
-rows = []
-for f in sorted(glob.glob(str(data / "*.npz"))):
-    ds = Path(f).stem
-    pair = {}
-    for setting in ("semi", "unsup"):
-        X, sp, sc = _prepared(Path(f), setting, split, seed, False)
-        Z = np.clip(sc.transform(X[sp.train_idx]), -1e4, 1e4)
-        pair[setting] = stats(Z)
-    pair["name"] = ds
-    rows.append(pair)
-    print(f"{ds:18s}", "  ".join(f"{k} {pair['semi'][k]:.3f} / {pair['unsup'][k]:.3f}" for k in pair["semi"]), flush=True)
-print()
-for k in rows[0]["semi"]:
-    c = np.array([r["semi"][k] for r in rows]); u = np.array([r["unsup"][k] for r in rows])
-    print(f"{k:24s} clean {c.mean():.3f} contaminated {u.mean():.3f}  contaminated above clean {int((u>c).sum())}/{len(rows)}  below {int((u<c).sum())}")
+
+def main(argv: list[str]) -> int:
+    if not 2 <= len(argv) <= 3 or argv[0] not in ("paper", "clean") or not argv[1].isdigit():
+        print(f"usage: {Path(__file__).name} paper|clean SEED [DATA_DIR]", file=sys.stderr)
+        return 1
+    split, seed = argv[0], int(argv[1])
+    data = Path(argv[2]) if len(argv) > 2 else Path(__file__).resolve().parents[4] / "shared" / "data" / "adbench"
+    files = sorted(glob.glob(str(data / "*.npz")))
+    if not files:
+        print(f"no .npz file in {data}", file=sys.stderr)
+        return 1
+    print(f"clean / contaminated training set, {split} split, seed {seed}")
+    rows = []
+    for f in files:
+        pair = {}
+        for setting in ("semi", "unsup"):
+            X, sp, sc = _prepared(Path(f), setting, split, seed, False)
+            pair[setting] = stats(np.clip(sc.transform(X[sp.train_idx]), -1e4, 1e4))
+        rows.append(pair)
+        print(f"{Path(f).stem:18s}", "  ".join(f"{k} {pair['semi'][k]:.3f} / {pair['unsup'][k]:.3f}" for k in pair["semi"]),
+              flush=True)
+    print()
+    for k in rows[0]["semi"]:
+        c, u = np.array([r["semi"][k] for r in rows]), np.array([r["unsup"][k] for r in rows])
+        print(f"{k:24s} clean {c.mean():.3f} contaminated {u.mean():.3f}  contaminated above clean "
+              f"{int((u > c).sum())}/{len(rows)}  below {int((u < c).sum())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
