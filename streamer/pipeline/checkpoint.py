@@ -154,10 +154,13 @@ class Checkpointer:
     def retire(self) -> list[ScoredBatch]:
         """Commit the oldest batches whose sends are all acknowledged (no waiting); with a commit interval,
         only once it has passed since the last commit (the batches wait out of flight until then)."""
+        moved = 0
         while self.in_flight and self.in_flight[0].acked():
             self.acked.append(self.in_flight.popleft())
+            moved += 1
         if not self.acked or time.monotonic() - self._last_commit < self.commit_interval_s:
-            self._gauge()
+            if moved:
+                self._gauge()
             return []
         ready, self.acked = self.acked, []
         return self._commit(ready)
