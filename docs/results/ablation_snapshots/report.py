@@ -135,6 +135,43 @@ def dataset_seed(path) -> tuple[str, int]:
     return stem.rsplit("_", 3)[0], int(stem.rsplit("_", 1)[1])
 
 
+def variant_rows(npz_dir: str, baseline_csv: str, method: str, variants) -> dict:
+    """{(dataset, seed): {variant: (AUC-PR, AUC-ROC)}} of variants(arrays)'s test scores for each file in npz_dir,
+    with ``method``'s row from baseline_csv where it has one."""
+    base = baseline_rows([baseline_csv], method)
+    rows = {}
+    for f in npz_files([npz_dir]):
+        d = np.load(f)
+        key = dataset_seed(f)
+        rows[key] = {k: (ap(d["y_test"], s), roc(d["y_test"], s)) for k, s in variants(d).items()}
+        if key in base:
+            rows[key][method] = base[key]
+    return rows
+
+
+def print_variant_table(rows: dict) -> list[str]:
+    """Print variant_rows' per-run table (columns numbered) and each variant's means; returns the variants' names."""
+    names = list(next(iter(rows.values())))
+    print("dataset|seed".ljust(22) + "".join(f"{i}".rjust(14) for i in range(len(names))))
+    for (ds, seed), r in sorted(rows.items()):
+        print(f"{ds}|{seed}".ljust(22) + "".join(f"{r[n][0]:.3f}/{r[n][1]:.3f}".rjust(14) for n in names if n in r))
+    print(f"\n{len(rows)} runs; mean AUC-PR / AUC-ROC (column number: variant)")
+    width = max(map(len, names))
+    for i, n in enumerate(names):
+        m = np.mean([r[n] for r in rows.values() if n in r], 0)
+        print(f"{i}: {n:{width}s} {m[0]:.3f} / {m[1]:.3f}")
+    return names
+
+
+def print_ahead_behind(rows: dict, name: str, reference: str) -> None:
+    """On how many runs variant ``name`` is ahead of / behind ``reference``, both rounded to 3 decimals."""
+    pairs = [(r[name], r[reference]) for r in rows.values()]
+    ahead = [sum(round(a[i], 3) > round(b[i], 3) for a, b in pairs) for i in (0, 1)]
+    behind = [sum(round(a[i], 3) < round(b[i], 3) for a, b in pairs) for i in (0, 1)]
+    print(f"{name}: ahead of / behind {reference} (3 decimals) on {ahead[0]} / {behind[0]} (AUC-PR) and "
+          f"{ahead[1]} / {behind[1]} (AUC-ROC) of {len(rows)} runs")
+
+
 def lg(x): return np.log(np.asarray(x, np.float64) + 1e-12)
 def geo(d, names, part): return np.exp(np.mean([lg(d[f"{n}_{part}"]) for n in names], axis=0))
 def blended(d, net_tr, net_te):
