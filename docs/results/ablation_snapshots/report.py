@@ -138,7 +138,10 @@ def dataset_seed(path) -> tuple[str, int]:
 def variant_rows(npz_dir: str, baseline_csv: str, method: str, variants) -> dict:
     """{(dataset, seed): {variant: (AUC-PR, AUC-ROC)}} of variants(arrays)'s test scores for each file in npz_dir,
     with ``method``'s row from baseline_csv where it has one."""
-    base = baseline_rows([baseline_csv], method)
+    try:
+        base = baseline_rows([baseline_csv], method)
+    except (OSError, KeyError, ValueError) as e:
+        raise SystemExit(f"{sys.argv[0]}: cannot read {baseline_csv} as a bench results.csv: {e!r}") from None
     rows = {}
     for f in npz_files([npz_dir]):
         d = np.load(f)
