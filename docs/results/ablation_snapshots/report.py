@@ -168,11 +168,10 @@ def print_variant_table(rows: dict) -> list[str]:
 
 def print_ahead_behind(rows: dict, name: str, reference: str) -> None:
     """On how many runs variant ``name`` is ahead of / behind ``reference``, both rounded to 3 decimals."""
-    pairs = [(r[name], r[reference]) for r in rows.values()]
-    ahead = [sum(round(a[i], 3) > round(b[i], 3) for a, b in pairs) for i in (0, 1)]
-    behind = [sum(round(a[i], 3) < round(b[i], 3) for a, b in pairs) for i in (0, 1)]
-    print(f"{name}: ahead of / behind {reference} (3 decimals) on {ahead[0]} / {behind[0]} (AUC-PR) and "
-          f"{ahead[1]} / {behind[1]} (AUC-ROC) of {len(rows)} runs")
+    a, b = ({k: r[n] for k, r in rows.items()} for n in (name, reference))
+    up, down = ahead(a, b), ahead(b, a)
+    print(f"{name}: ahead of / behind {reference} (3 decimals) on {up[0]} / {down[0]} (AUC-PR) and "
+          f"{up[1]} / {down[1]} (AUC-ROC) of {len(rows)} runs")
 
 
 def lg(x): return np.log(np.asarray(x, np.float64) + 1e-12)
