@@ -14,8 +14,16 @@ from collections import Counter
 
 import pytest
 from conftest import make_blobs
-from stream_support import create_topics, event, make_settings, read_topic, write_stream_config
-from test_stream_crash import TopicReader, _wait_log
+from stream_support import (
+    create_topics,
+    event,
+    make_settings,
+    produce_paced,
+    read_topic,
+    write_stream_config,
+)
+from test_stream_crash import TopicReader, _start, _wait_log
+from txn_reader import read_committed
 
 from offline_train.detector import KDSM
 from streamer.dev import local_services
@@ -152,3 +160,76 @@ def test_producer_idempotence_follows_the_setting_and_transactions_force_it(kafk
     p = make_producer(k.model_copy(update={"idempotent_producer": False}), transactional_id=f"t-{time.time_ns()}")
     assert p.config["enable_idempotence"] is True
     p.close()
+
+
+@pytest.fixture
+def private_broker(tmp_path):
+    """A broker of this test's own (in memory): SIGSTOP must not freeze the session's shared one."""
+    svc = local_services.Service("kafka", local_services.free_port(), tmp_path / "broker")
+    svc.start()
+    yield svc
+    os.kill(svc.pid(), signal.SIGCONT)  # a stopped process would not act on the SIGTERM that stops it
+    svc.stop()
+
+
+def test_exactly_once_stops_when_the_broker_stops_answering_and_the_restart_is_exactly_once(
+        tmp_path, private_broker, redis_url, unique, tiny_model_dir):
+    """SIGSTOP the broker mid-stream: it keeps its sockets and answers nothing (a hung broker, not a dead one).
+    The batch in flight is not acknowledged, its abort is never answered; kafka-python would wait for that answer
+    until its request timeout (30 s) and then again in ``close``. The streamer bounds the wait by
+    ``kafka.delivery_timeout_s``, says so in one line (``transaction_unresolved``, no traceback) and exits 1. After
+    SIGCONT the restarted instance's ``init_transactions`` settles the open transaction: every alert exactly once."""
+    broker = private_broker
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(broker.url, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
+    s.kafka.delivery, s.kafka.transactional_id, s.kafka.delivery_timeout_s = "exactly_once", f"tx-{unique}", 4.0
+    create_topics(s)
+    ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
+    cfg = str(write_stream_config(s, tmp_path / "stream.yaml"))
+    X = make_blobs(n=20000, seed=3)[0]
+    values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
+    produce_paced(s, values, 5000, 0)  # a backlog: the streamer is inside a transaction most of the time
+    logs = [tmp_path / "hung.log", tmp_path / "restarted.log"]
+    files = [open(p, "ab") for p in logs]
+    procs = []
+    try:
+        procs.append(_start(cfg, str(tiny_model_dir), files[0]))
+        assert _wait_log(logs[0], '"event": "partitions_assigned"', 1), logs[0].read_text()[-3000:]
+        progress = TopicReader(broker.url, s.kafka.alerts_topic)
+        deadline = time.monotonic() + 40
+        while len(progress.poll()) < 1000 and time.monotonic() < deadline:
+            pass
+        progress.c.close()
+        os.kill(broker.pid(), signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            code = procs[0].wait(60)
+        finally:
+            exited_in = time.monotonic() - stopped_at
+            os.kill(broker.pid(), signal.SIGCONT)
+        hung = logs[0].read_text()
+        assert code == 1, hung[-3000:]
+        assert hung.count('"event": "transaction_unresolved"') == 1 and "Traceback" not in hung, hung[-3000:]
+        assert "kdsm stream: stopped: the broker did not answer" in hung, hung[-3000:]
+        # The unacknowledged batch waits delivery_timeout_s, its abort as long again; then the clients close.
+        assert exited_in < 5 * s.kafka.delivery_timeout_s, (exited_in, hung[-3000:])
+        procs.append(_start(cfg, str(tiny_model_dir), files[1]))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            view = read_committed(broker.url, s.kafka.alerts_topic, 1, timeout=10, idle=0.5)
+            if len({json.loads(r.value)["event_id"] for r in view.records}) >= len(values):
+                break
+        procs[1].send_signal(signal.SIGTERM)
+        assert procs[1].wait(30) == 0, logs[1].read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for f in files:
+            f.close()
+    view = read_committed(broker.url, s.kafka.alerts_topic, 1)
+    counts = Counter(json.loads(r.value)["event_id"] for r in view.records)
+    assert set(counts) == {f"e{i}" for i in range(len(values))}, len(counts)
+    assert max(counts.values()) == 1, counts.most_common(3)
+    print(f"hung broker: the streamer stopped {exited_in:.1f} s after SIGSTOP (delivery_timeout_s "
+          f"{s.kafka.delivery_timeout_s:g}); after the restart {len(counts)} alerts exactly once, aborted {view.aborted}")

@@ -61,7 +61,7 @@ from .alerts import build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
 from .checkpoint import (
     Checkpointer,
-    Fenced,
+    DeliveryError,
     InFlight,
     TransactionAborted,
     TransactionalCheckpointer,
@@ -239,10 +239,10 @@ class StreamApp:
                 pass  # not committed: the next owner of the partitions reads it again
             self._after_commit(self.checkpoint.drain())
         except Exception as e:
-            fenced = e if isinstance(e, Fenced) else e.__cause__ if isinstance(e.__cause__, Fenced) else None
-            if fenced is not None:  # a zombie: one clear line, no traceback; the CLI exits non-zero
-                log.error({"event": "fenced", "error": str(fenced), "effect": "stopping; nothing more is committed"})
-                raise fenced from None
+            stop = e if isinstance(e, DeliveryError) else e.__cause__ if isinstance(e.__cause__, DeliveryError) else None
+            if stop is not None:  # a known stop (fenced, unanswered, unacknowledged): one clear line, no traceback
+                log.error({"event": stop.event, "error": str(stop), "effect": "stopping; nothing more is committed"})
+                raise stop from None
             # kafka-python wraps a listener's exception ("User rebalance callback throws an error"): name the cause too.
             log.exception({"event": "crashed", "error": repr(e), "cause": repr(e.__cause__) if e.__cause__ else None,
                            "effect": "batches in flight stay uncommitted"})
@@ -256,8 +256,9 @@ class StreamApp:
     def _close(self) -> None:
         """Close both clients; an error here is logged, never raised over the one that ended the loop."""
         self._closing = True
-        closers = (("producer", lambda: self.producer.close(timeout=self.settings.kafka.delivery_timeout_s)),
-                   ("consumer", lambda: self.consumer.close(autocommit=False)))
+        wait_s = self.settings.kafka.delivery_timeout_s  # a broker that answers nothing holds neither up longer
+        closers = (("producer", lambda: self.producer.close(timeout=wait_s)),
+                   ("consumer", lambda: self.consumer.close(autocommit=False, timeout_ms=int(wait_s * 1000))))
         for client, close in closers:
             try:
                 close()

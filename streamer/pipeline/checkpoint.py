@@ -55,9 +55,16 @@ alert and dead letter once, and only when the batch's offsets are committed:
    stops without committing;
 6. a producer fenced by a newer one with the same transactional id (a
    restarted instance, a duplicate process) raises ``Fenced``: it must stop,
-   its open transaction is aborted by the broker, nothing of it is visible.
+   its open transaction is aborted by the broker, nothing of it is visible;
+7. kafka-python waits for the answer to ``send_offsets_to_transaction``,
+   ``commit_transaction`` and ``abort_transaction`` without a bound of its
+   own (a request the broker never answers fails after the producer's
+   ``request_timeout_ms``, 30 s, and may be retried); each waits here at most
+   ``delivery_timeout_s``, then ``Unresolved`` stops the streamer: the
+   transaction's outcome is unknown and the producer is still inside the
+   call, so nothing more may be sent with it.
 
-A crash anywhere leaves the transaction open; the restarted instance's
+A crash or a stop anywhere leaves the transaction open; the restarted instance's
 ``init_transactions`` (same transactional id) aborts it, and the batch is
 read again from the committed offsets: no duplicate, no loss. Sinks (the
 archive) run after the commit, outside the transaction, as under
@@ -68,6 +75,7 @@ de-duplication (docs/streaming.md, "Exactly once").
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -89,11 +97,23 @@ log = logging.getLogger("kdsm.checkpoint")
 
 
 class DeliveryError(RuntimeError):
-    """The broker did not acknowledge an alert or dead letter, nor its fallback; offsets were not committed."""
+    """The broker did not acknowledge an alert or dead letter, nor its fallback; offsets were not committed.
+    The streamer stops with one line (``event`` names it in the log) and exits 1; a restart re-reads the batch."""
+
+    event = "delivery_stopped"
 
 
 class Fenced(DeliveryError):
     """Another producer with this transactional id took over: this instance is a zombie and must stop."""
+
+    event = "fenced"
+
+
+class Unresolved(DeliveryError):
+    """The broker did not answer a transactional request in time: the transaction's outcome is unknown, the
+    producer is still waiting inside the call; only a restart (``init_transactions``) settles it."""
+
+    event = "transaction_unresolved"
 
 
 class TransactionAborted(RuntimeError):
@@ -329,8 +349,8 @@ class TransactionalCheckpointer(Checkpointer):
             self.producer.partitions_for(topic)
         try:
             self._begin()
-            self.producer.send_offsets_to_transaction({}, group_id)
-            self.producer.commit_transaction()
+            self._bounded("send_offsets_to_transaction", self.producer.send_offsets_to_transaction, {}, group_id)
+            self._bounded("commit_transaction", self.producer.commit_transaction)
         except KafkaError as e:
             if self._fatal(e):
                 raise self._fenced(e) from None
@@ -358,8 +378,9 @@ class TransactionalCheckpointer(Checkpointer):
                 raise TransactionAborted(f"{len(failed)} message(s) not acknowledged: {err!r}")
             offsets = self._acked_offsets([batch])
             if offsets:  # step 3
-                self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
-            self.producer.commit_transaction()  # step 4
+                self._bounded("send_offsets_to_transaction", self.producer.send_offsets_to_transaction, offsets,
+                              self.consumer.group_metadata())
+            self._bounded("commit_transaction", self.producer.commit_transaction)  # step 4
             self._open = False
         except (KafkaError, TransactionAborted) as e:
             if self._fatal(e):
@@ -410,7 +431,7 @@ class TransactionalCheckpointer(Checkpointer):
         log.warning({"event": "transaction_aborted", "messages": len(batch.sends), "error": repr(e),
                      "attempt": self._aborts_in_a_row, "effect": "nothing of the batch is visible; it is read again"})
         try:
-            self.producer.abort_transaction()
+            self._bounded("abort_transaction", self.producer.abort_transaction)
         except KafkaError as abort_error:
             if self._fatal(abort_error):
                 raise self._fenced(abort_error) from None
@@ -419,6 +440,28 @@ class TransactionalCheckpointer(Checkpointer):
             self._open = False
         if self._aborts_in_a_row > self.resend_attempts:
             raise DeliveryError(f"{self._aborts_in_a_row} transactions in a row aborted (last: {e!r}); offsets not committed")
+
+    def _bounded(self, what: str, call, *args) -> None:
+        """Step 7: ``call(*args)`` on a helper thread, waited for at most ``delivery_timeout_s``. A thread rather
+        than kafka-python's private result objects; a daemon, so a call that never returns cannot hold up the exit."""
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call(*args)
+                outcome.append(None)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller below
+                outcome.append(e)
+
+        helper = threading.Thread(target=run, name=f"kdsm-{what}", daemon=True)
+        helper.start()
+        helper.join(self.delivery_timeout_s)
+        if not outcome:
+            raise Unresolved(f"the broker did not answer {what} within {self.delivery_timeout_s:g} s "
+                             f"(kafka.delivery_timeout_s) for transactional id {self.transactional_id!r}: the "
+                             "transaction's outcome is unknown; stopping; a restart settles it (init_transactions)")
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def _fatal(self, e: Exception) -> bool:
         """A fatal transactional error (fenced, epoch, authorisation): the producer can do nothing more.
