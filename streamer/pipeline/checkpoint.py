@@ -287,7 +287,9 @@ class Checkpointer:
         if offsets:
             self._last_commit = time.monotonic()
             try:
-                self.consumer.commit(offsets)
+                # Bounded like a delivery (kafka-python's own bound is request_timeout_ms, 30 s): a commit the
+                # broker does not answer in time fails, and its events are re-delivered.
+                self.consumer.commit(offsets, timeout_ms=int(self.delivery_timeout_s * 1000))
             except KafkaError as e:
                 return self._commit_failed(batches, e)
         return self._committed(batches)

@@ -135,16 +135,25 @@ def dataset_seed(path) -> tuple[str, int]:
     return stem.rsplit("_", 3)[0], int(stem.rsplit("_", 1)[1])
 
 
-def variant_rows(npz_dir: str, baseline_csv: str, method: str, variants) -> dict:
+def variant_rows(npz_dir: str, baseline_csv: str, method: str, variants, also: str | None = None) -> dict:
     """{(dataset, seed): {variant: (AUC-PR, AUC-ROC)}} of variants(arrays)'s test scores for each file in npz_dir,
-    with ``method``'s row from baseline_csv where it has one."""
+    with ``method``'s row from baseline_csv where it has one. With ``also``, a folder of another script's files
+    of the same runs: each file's arrays are joined by the same-named file's there (a run without one exits)."""
     try:
         base = baseline_rows([baseline_csv], method)
     except (OSError, KeyError, ValueError) as e:
         raise SystemExit(f"{sys.argv[0]}: cannot read {baseline_csv} as a bench results.csv: {e!r}") from None
     rows = {}
     for f in npz_files([npz_dir]):
-        d = np.load(f)
+        d = dict(np.load(f))
+        if also is not None:
+            other = Path(also) / Path(f).name
+            if not other.exists():
+                raise SystemExit(f"{sys.argv[0]}: {other} is missing (the same run in {also})")
+            joined = dict(np.load(other))
+            if not np.array_equal(joined.get("y_test"), d.get("y_test")):
+                raise SystemExit(f"{sys.argv[0]}: {f} and {other} have different test rows: not the same run")
+            d = {**joined, **d}
         key = dataset_seed(f)
         rows[key] = {k: (ap(d["y_test"], s), roc(d["y_test"], s)) for k, s in variants(d).items()}
         if key in base:
