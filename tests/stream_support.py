@@ -209,3 +209,12 @@ def malformed_corpus(names: list[str], max_bytes: int = 65536) -> list[tuple[str
         ("overflow_float", obj().replace(b"0.5", b"1e999", 1), "non_finite_feature"),
         ("huge_int", obj().replace(b"0.5", b"1" + b"0" * 400, 1), "non_finite_feature"),
     ]
+
+
+def kill_and_close(procs: list, files: list) -> None:
+    """A test's ``finally``: kill the streamer processes still running, close their log files."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for f in files:
+        f.close()

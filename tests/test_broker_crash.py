@@ -18,6 +18,7 @@ from conftest import make_blobs
 from stream_support import (
     create_topics,
     event,
+    kill_and_close,
     make_settings,
     produce_paced,
     read_topic,
@@ -236,11 +237,7 @@ def test_a_broker_that_stops_answering_stops_the_streamer_in_bounded_time_and_th
         procs[1].send_signal(signal.SIGTERM)
         assert procs[1].wait(30) == 0, logs[1].read_text()[-3000:]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for f in files:
-            f.close()
+        kill_and_close(procs, files)
     view = read_committed(broker.url, s.kafka.alerts_topic, 1)
     counts = Counter(json.loads(r.value)["event_id"] for r in view.records)
     assert set(counts) == want, len(want - set(counts))

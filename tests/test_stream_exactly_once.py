@@ -24,7 +24,14 @@ import pytest
 from conftest import make_blobs
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.future import Future
-from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
+from stream_support import (
+    create_topics,
+    event,
+    kill_and_close,
+    make_settings,
+    produce_paced,
+    write_stream_config,
+)
 from test_stream_crash import TopicReader, _start, _wait_log
 from txn_reader import read_committed
 
@@ -179,11 +186,7 @@ def test_a_second_streamer_joins_and_leaves_every_alert_exactly_once(tmp_path, k
         procs[0].send_signal(signal.SIGTERM)
         assert procs[0].wait(30) == 0, _tail(*logs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for f in files:
-            f.close()
+        kill_and_close(procs, files)
     alerts = read_committed(kafka_bootstrap, s.kafka.alerts_topic, parts)
     counts, dups = _exactly_once(alerts, lambda a: a["event_id"])
     text = "".join(p.read_text() for p in logs)
@@ -243,11 +246,7 @@ def test_a_stale_instance_is_fenced_and_produces_nothing_visible(tmp_path, kafka
         procs[1].send_signal(signal.SIGTERM)
         assert procs[1].wait(30) == 0, _tail(*logs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        for f in files:
-            f.close()
+        kill_and_close(procs, files)
     view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
     counts, dups = _exactly_once(view, lambda a: a["event_id"])
     print(f"stale instance stopped {stopped_in:.1f} s after the fence with {committed} events committed; "
