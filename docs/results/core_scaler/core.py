@@ -14,9 +14,11 @@ only the network's input changes. From the repository root, two workers:
     python3 docs/results/core_scaler/core.py unsup paper 0 1 2 runs/core
 
 Arguments as ../ablation_snapshots/variants.py (setting, split, seed, worker index, worker count, output folder,
-optionally a comma list of dataset stems). The default on the bench's scaler is not retrained here: report.py
-reads its per-row scores from the files of ../gauss_input (``raw_*``: the same split, seed and code path).
+optionally a comma list of dataset stems). The default on the bench's scaler is not retrained here unless
+``CORE_WITH_DEFAULT=1``: report.py reads its per-row scores (``raw_*``) from the files of ../gauss_input (the same
+split, seed and code path) or, with that variable, from these files themselves.
 """
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,10 +53,13 @@ def main() -> None:
     settings = TrainSettings()
     for f, seed, Xtr, Xte, sc, sp, _ in trainings(sys.argv, settings.data.scale_discrete):
         t0 = time.time()
+        res = {"y_test": sp.y_test}
+        if os.environ.get("CORE_WITH_DEFAULT") == "1":
+            det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc)
+            res.update({f"raw_{k}": v for k, v in parts(det, Xtr, Xte).items() if v is not None})
         sc2, keep = core_scaler(Xtr, sc, settings, seed)
         det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc2)
-        res = {"y_test": sp.y_test, "keep": keep, **{f"core_{k}": v for k, v in parts(det, Xtr, Xte).items()
-                                                      if v is not None}}
+        res.update({"keep": keep, **{f"core_{k}": v for k, v in parts(det, Xtr, Xte).items() if v is not None}})
         np.savez(f, **res)
         print(f.stem, f"keep {keep:.3f} trained in {time.time() - t0:.0f}s", flush=True)
 
