@@ -223,7 +223,7 @@ def test_a_broker_that_stops_answering_stops_the_streamer_in_bounded_time_and_th
         assert "kdsm stream: stopped: " in hung, hung[-3000:]
         # Exactly once: the unacknowledged batch's flush, its unanswered abort, each client's close. At least once:
         # an unanswered offset commit, the batch's tries (resend_attempts + 2 flushes, with pauses of 3 s in all),
-        # then the closes. Each wait is delivery_timeout_s; before the bounds this test saw 55.7 s here.
+        # then the closes. Each wait is delivery_timeout_s; with the commit unbounded this test saw 55.7 s here.
         tries = inspect.signature(Checkpointer).parameters["resend_attempts"].default + 2
         bound = (5 if delivery == "exactly_once" else tries + 5) * s.kafka.delivery_timeout_s + 10
         assert exited_in < bound, (exited_in, hung[-3000:])
