@@ -146,8 +146,8 @@ def variant_rows(npz_dir: str, baseline_csv: str, method: str, variants, also: s
     rows = {}
     for f in npz_files([npz_dir]):
         d = dict(np.load(f))
-        if also is not None:
-            other = Path(also) / Path(f).name
+        other = Path(also) / Path(f).name if also is not None else None
+        if other is not None and other.resolve() != Path(f).resolve():  # the same folder twice: nothing to join
             if not other.exists():
                 raise SystemExit(f"{sys.argv[0]}: {other} is missing (the same run in {also})")
             joined = dict(np.load(other))

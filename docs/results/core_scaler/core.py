@@ -32,16 +32,16 @@ from perrow import parts, trainings  # noqa: E402
 
 from offline_train.config import TrainSettings  # noqa: E402
 from offline_train.evaluation.methods import make_kdsm  # noqa: E402
-from offline_train.refine import WarmStart  # noqa: E402
+from offline_train.refine import Refinement  # noqa: E402
 from offline_train.scaler import Scaler  # noqa: E402
 
 
 def core_scaler(Xtr: np.ndarray, sc: Scaler, settings: TrainSettings, seed: int) -> tuple[Scaler, float]:
     """The scaler refitted on the warm start's core, and the share of rows in that core."""
-    r = settings.refine
-    warm = WarmStart(sc.transform(Xtr), seed, r.threshold)
-    keep = 1.0 - min(warm.contamination_, r.max_drop)
-    core = Scaler.fit(Xtr[warm.core(keep)], scale_discrete=True)  # every column's own moments on the core
+    # The default's own warm start and share (the step budget does not bear on either).
+    refine = Refinement(settings.refine, sc.transform(Xtr), steps=1, seed=seed)
+    keep = refine.keep_
+    core = Scaler.fit(Xtr[refine.warm_.core(keep)], scale_discrete=True)  # every column's own moments on the core
     # Columns constant on the core, and {0,1}/{-1,0,1} columns the bench passes through, keep the bench's scale.
     as_is = core.constant_ | (sc.discrete_ & (not settings.data.scale_discrete))
     std = np.where(as_is, sc.std_, core.std_)
