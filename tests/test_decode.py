@@ -78,9 +78,9 @@ def test_empty_batch():
     assert out.X.shape == (0, 3) and out.rejects == [] and out.ids == []
 
 
-# ---------------------------------------------------------------- the orjson fast path vs the json.loads reference
+# ---------------------------------------------------------------- the msgspec fast path vs the json.loads reference
 def _same(values, dec=None):
-    """decode (orjson fast path) and decode_reference (json.loads) agree exactly: rows, values, ids, ts, rejects."""
+    """decode (msgspec fast path) and decode_reference (json.loads) agree exactly: rows, values, ids, ts, rejects."""
     d = dec or _decoder()
     fast, ref = d.decode(values), d.decode_reference(values)
     assert fast.rows.tolist() == ref.rows.tolist()
@@ -97,7 +97,7 @@ def test_fast_path_equals_reference_on_the_corpus_with_messages():
         _same([v])
 
 
-# Texts orjson and json.loads read differently, or where a naive fast path could drift from the reference.
+# Texts msgspec (or orjson) and json.loads read differently, or where a naive fast path could drift from the reference.
 EDGE = {
     "id_beyond_u64_is_a_valid_int": (b'{"id": 18446744073709551616, "f0": 1, "f1": 2, "f2": 3}', None),
     "id_below_i64_is_a_valid_int": (b'{"id": -9223372036854775809, "f0": 1, "f1": 2, "f2": 3}', None),
@@ -116,6 +116,14 @@ EDGE = {
     "lone_surrogate_extra": (b'{"id": 1, "x": "\\udfff", "f0": 1, "f1": 2, "f2": 3}', None),
     "surrogate_bytes": (b'{"id": "\xed\xa0\x80", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
     "overlong_utf8": (b'{"id": "\xc0\xaf", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
+    # msgspec reads extra keys without decoding them: their UTF-8 is checked apart.
+    "invalid_utf8_in_an_extra_key": (b'{"id": 1, "x": "\xff", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
+    "surrogate_bytes_in_an_extra_key": (b'{"id": 1, "f0": 1, "f1": 2, "f2": 3, "x": "\xed\xa0\x80"}', "invalid_utf8"),
+    "utf8_text_is_valid": ('{"id": "é-1", "x": "Grüße", "f0": 1, "f1": 2, "f2": 3}'.encode(), None),
+    "int_feature_beyond_u64_negative": (b'{"id": 1, "f0": -18446744073709551617, "f1": 2, "f2": 3}', None),
+    "ts_null": (b'{"id": 1, "ts": null, "f0": 1, "f1": 2, "f2": 3}', None),
+    "schema_null": (b'{"id": 1, "schema": null, "f0": 1, "f1": 2, "f2": 3}', "schema_mismatch"),
+    "feature_object": (b'{"id": 1, "f0": {"v": 1}, "f1": 2, "f2": 3}', "non_numeric_feature"),
     "duplicate_feature_last_wins": (b'{"id": 1, "f0": "x", "f1": 2, "f2": 3, "f0": 7}', None),
     "duplicate_feature_last_bad": (b'{"id": 1, "f0": 7, "f1": 2, "f2": 3, "f0": "x"}', "non_numeric_feature"),
     "duplicate_id_last_null": (b'{"id": 1, "f0": 7, "f1": 2, "f2": 3, "id": null}', "missing_id"),
@@ -180,3 +188,12 @@ def test_custom_fields_and_no_schema_fast_path():
               b'{"id": 7, "f0": 1, "f1": 2, "f2": 3}', b'{"event_id": "e", "f0": 1.5, "f1": 2, "f2": 3}']
     out = _same(values, d)
     assert out.ids == [7, "e"] and [r.reason for r in out.rejects] == ["missing_id"]
+
+
+def test_a_field_name_used_twice_takes_the_reference_path():
+    # The id field is also a feature: no typed event can hold both, so every event goes the json.loads way.
+    d = Decoder(["id", "f1"], schema_hash="abc123")
+    values = [b'{"id": 3, "f1": 2}', b'{"id": "x", "f1": 2}', b'{"id": 4, "f1": 2.5, "schema": "abc123"}']
+    out = _same(values, d)
+    assert out.X.tolist() == [[3.0, 2.0], [4.0, 2.5]] and out.ids == [3, 4]
+    assert [(r.index, r.reason) for r in out.rejects] == [(1, "non_numeric_feature")]

@@ -8,28 +8,32 @@ events carry categories, booleans, optional or nested fields, is read by
 
 Two paths, one behaviour:
 
-- **fast** (``decode``): ``orjson.loads`` straight from the bytes (it checks
-  UTF-8 itself), then batch-wide C-level steps: one ``itemgetter`` call per
-  object, one type set over every feature value, the matrix in one numpy
-  step, ids / timestamps / schema read with ``map(dict.get, ...)`` and checked
-  by type sets. It accepts an event only when it is a clean, scorable row;
-  anything else is *suspect*.
+- **fast** (``decode``): msgspec decodes each value straight into a typed
+  event (an int or str id, a number per feature, an optional number, str or
+  null timestamp; extra keys skipped), so every type check runs in C while
+  parsing; then batch-wide steps: the matrix in one numpy step, ids and
+  timestamps by one ``attrgetter`` map each. It accepts an event only when it
+  is a clean, scorable row; anything else is *suspect*.
 - **reference** (``decode_reference``): the ``json.loads`` path, unchanged
   (UTF-8 decode, ``json.loads``, per-row diagnosis). Suspect events (anything
-  orjson refuses: NaN/Infinity literals, lone surrogates, invalid UTF-8, bad
-  JSON; tombstones, oversized values; a missing, non-numeric or non-finite
-  feature; a bad id, timestamp or schema) are decoded by it, event by event,
-  and merged back by position: every dead letter carries exactly the reason
-  code and message it had before, and a row decodes to the same values.
+  msgspec refuses: NaN/Infinity literals, lone surrogates, bad JSON, a field
+  of the wrong type or a missing one; tombstones, oversized values, invalid
+  UTF-8; a feature of magnitude >= 2**63; a bad schema) are decoded by it,
+  event by event, and merged back by position: every dead letter carries
+  exactly the reason code and message it had before, and a row decodes to the
+  same values.
 
-Where orjson and ``json.loads`` read the same text differently, the fast path
-defers to the reference: orjson reads integer literals outside
-[-2**63, 2**64) as floats, so a float id, or a float timestamp or feature of
-magnitude >= 2**63, is suspect; orjson nests up to 1024 levels where
-``json.loads`` stops near the recursion limit, so a value of
-``_SHALLOW_BYTES`` or more goes to orjson only when it holds fewer than
-``_SHALLOW_BYTES // 2`` brackets. Duplicate keys: both keep the last. Floats:
-both round correctly (tests/test_decode.py compares them).
+Where msgspec and ``json.loads`` could read the same text differently, the
+fast path defers to the reference: msgspec checks the UTF-8 of what it reads
+but not of extra keys it skips, so the batch's bytes are checked once (and
+event by event only when that fails); it may read an integer literal of a
+float field beyond 2**63 as a float, so such a feature is suspect; it nests
+deeper than ``json.loads`` before stopping, so a value of ``_SHALLOW_BYTES``
+or more goes to it only when it holds fewer than ``_SHALLOW_BYTES // 2``
+brackets. Duplicate keys: both keep the last. Floats: both round correctly
+(tests/test_decode.py compares them). A configuration that gives two fields
+one name (the id field also a feature, say) has no typed event: its events
+all take the reference path.
 
 >>> d = Decoder(["a", "b"])
 >>> out = d.decode([b'{"id": 1, "a": 1.5, "b": 2}', b'{"id": 2, "a": "x", "b": 2}', b'\\xff'])
@@ -44,11 +48,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from itertools import chain, islice, repeat
-from operator import itemgetter
+from itertools import chain, islice
+from operator import attrgetter, itemgetter
 
+import msgspec
 import numpy as np
-import orjson
 
 # Every reason code a dead letter can carry, with what it means (docs/streaming.md lists them too).
 REASONS = {
@@ -69,12 +73,44 @@ REASONS = {
 }
 
 _NUMBER = (int, float)
-_NUMBER_TYPES = {int, float}
-_ID_TYPES = {int, str}
-_TS_TYPES = {int, float, str, type(None)}
-_INT_EXACT = float(2**63)  # orjson reads integer literals outside [-2**63, 2**64) as floats; json.loads keeps ints
-_SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: orjson and json.loads both parse it
-_ABSENT = object()
+_INT_EXACT = float(2**63)  # msgspec may read a float field's integer literal beyond this as a float; json.loads keeps ints
+_SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: msgspec and json.loads both parse it
+_ID, _TS, _SCHEMA = attrgetter("id"), attrgetter("ts"), attrgetter("schema")  # fields of the typed event
+
+
+def _is_utf8(b: bytes) -> bool:
+    if b.isascii():
+        return True
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def event_decoder(features: list[str], id_field: str, ts_field: str, schema_field: str,
+                  schema_hash: str | None) -> msgspec.json.Decoder | None:
+    """A msgspec decoder of one event into typed fields (``id``, ``f0``.., ``ts``, ``schema``), or None where two
+    fields share a JSON name.
+
+    >>> dec = event_decoder(["a", "b"], "id", "ts", "schema", None)
+    >>> e = dec.decode(b'{"id": "e1", "a": 1, "b": 2.5, "extra": [1]}')
+    >>> e.id, e.f0, e.f1, e.ts
+    ('e1', 1.0, 2.5, None)
+    >>> event_decoder(["id"], "id", "ts", "schema", None) is None
+    True
+    """
+    names = [id_field, ts_field, *features, *([schema_field] if schema_hash is not None else [])]
+    if len(set(names)) < len(names):
+        return None
+    fields = [("id", int | str, msgspec.field(name=id_field))]
+    fields += [(f"f{j}", float, msgspec.field(name=n)) for j, n in enumerate(features)]
+    fields.append(("ts", int | float | str | None, msgspec.field(default=None, name=ts_field)))
+    if schema_hash is not None:  # any JSON value: a mismatch is the reference's to name
+        fields.append(("schema", object, msgspec.field(default=msgspec.UNSET, name=schema_field)))
+    # gc=False: an event holds only decoded JSON values, never a cycle, so the collector need not track one
+    # (200,000 tracked events a second would set off a young-generation collection every 700).
+    return msgspec.json.Decoder(msgspec.defstruct("Event", fields, gc=False))
 
 
 @dataclass
@@ -105,20 +141,25 @@ class Decoder:
         self.id_field, self.ts_field, self.schema_field = id_field, ts_field, schema_field
         self.schema_hash = schema_hash
         self.max_bytes = max_bytes
-        # One C-level call pulls id, ts and every feature of an object (KeyError if one is absent).
+        # One C-level call pulls every feature of an object (KeyError if one is absent): the reference path.
         self._get_features = itemgetter(*self.features) if len(self.features) > 1 else (lambda o: (o[self.features[0]],))
-        self._zero_row = (0.0,) * len(self.features)
+        # The fast path's typed events, and one C-level call for their features.
+        self._struct = event_decoder(self.features, id_field, ts_field, schema_field, schema_hash)
+        self._get_event_features = (attrgetter(*(f"f{j}" for j in range(len(self.features))))
+                                    if len(self.features) > 1 else (lambda e: (e.f0,)))
         self._fast_max_bytes = min(max_bytes, _SHALLOW_BYTES - 1)
 
     def decode(self, values: list) -> Decoded:
         """The fast path; suspect events go through ``decode_reference`` and are merged back by position."""
-        objs, all_objects = self._load_all(values)
-        if all_objects:
-            idx, sub = None, objs
+        if self._struct is None:  # a field name used twice: no typed event, every event on the reference path
+            return self.decode_reference(values)
+        evs = self._load_all(values)
+        if None in evs:
+            idx = [i for i, e in enumerate(evs) if e is not None]
+            evs = [evs[i] for i in idx]
         else:
-            idx = [i for i, o in enumerate(objs) if o is not None]
-            sub = [objs[i] for i in idx]
-        X, ids, ts, ok = self._fast_rows(sub)
+            idx = None
+        X, ids, ts, ok = self._fast_rows(evs)
         if idx is None and ok is None:
             return Decoded(X, np.arange(len(values), dtype=np.int64), ids, ts)
         clean = np.zeros(len(values), dtype=bool)
@@ -126,74 +167,52 @@ class Decoder:
         return self._merge(values, X, ids, ts, clean)
 
     # ------------------------------------------------------------------ fast path
-    def _load_all(self, values: list) -> tuple[list, bool]:
-        """orjson over the batch: (objects, True), or (a list with None for each suspect event, False)."""
-        loads = orjson.loads
+    def _load_all(self, values: list) -> list:
+        """msgspec over the batch: a typed event per value, None for each suspect one."""
+        decode = self._struct.decode
         try:
             lens = list(map(len, values))  # TypeError on a tombstone (None)
             shallow = not lens or (min(lens) > 0 and max(lens) <= self._fast_max_bytes)
+            # msgspec checks the UTF-8 of the keys and values it reads, not of those it skips (extra keys). One
+            # check of the whole batch covers every event msgspec accepts: each starts and ends with ASCII.
+            utf8 = shallow and _is_utf8(b"".join(values))
         except TypeError:
-            shallow = False
-        if shallow:  # every value non-empty, within max_bytes, too short to nest deeper than json.loads can
+            shallow = utf8 = False
+        if utf8:  # every value non-empty, within max_bytes, too short to nest deeper than json.loads can
             out: list = []
             while True:  # list.extend keeps what it appended before the failing event: resume after it
                 try:
-                    out.extend(map(loads, islice(values, len(out), None)))
-                    break
-                except ValueError:  # orjson.JSONDecodeError
+                    out.extend(map(decode, islice(values, len(out), None)))
+                    return out
+                except (msgspec.DecodeError, RecursionError):  # bad JSON or a field of the wrong type
                     out.append(None)
-        else:
-            out = []
-            for v in values:
-                o = None
-                if v and len(v) <= self.max_bytes and (
-                        len(v) < _SHALLOW_BYTES or v.count(b"[") + v.count(b"{") < _SHALLOW_BYTES // 2):
-                    try:
-                        o = loads(v)
-                    except ValueError:
-                        pass
-                out.append(o)
-        if set(map(type, out)) <= {dict}:
-            return out, True
-        return [o if type(o) is dict else None for o in out], False
-
-    def _fast_rows(self, objs: list):
-        """(X, ids, ts) of the clean objects, and None when all are clean, else their bool mask."""
-        m, d = len(objs), len(self.features)
-        ok = np.ones(m, dtype=bool)
-        get = self._get_features
-        try:
-            rows = list(map(get, objs))
-        except KeyError:  # a feature is missing somewhere: find it
-            rows = []
-            for k, o in enumerate(objs):
+        out = []
+        for v in values:
+            e = None
+            if v and len(v) <= self.max_bytes and _is_utf8(v) and (
+                    len(v) < _SHALLOW_BYTES or v.count(b"[") + v.count(b"{") < _SHALLOW_BYTES // 2):
                 try:
-                    rows.append(get(o))
-                except KeyError:
-                    rows.append(self._zero_row)
-                    ok[k] = False
-        flat = list(chain.from_iterable(rows))
-        if not set(map(type, flat)) <= _NUMBER_TYPES:  # bool, str, None, list, dict somewhere: find the rows
-            for k, r in enumerate(rows):
-                if not set(map(type, r)) <= _NUMBER_TYPES:
-                    rows[k] = self._zero_row
-                    ok[k] = False
-            flat = list(chain.from_iterable(rows))
-        X = np.array(flat, dtype=np.float64).reshape(m, d)
-        ok &= (np.abs(X) < _INT_EXACT).all(axis=1)  # orjson never yields NaN/inf; >= 2**63 may have been a big int
-        ids = list(map(dict.get, objs, repeat(self.id_field)))
-        if not set(map(type, ids)) <= _ID_TYPES:  # None (missing), float (or a big int read as one), bool, ...
-            ok &= np.fromiter((type(e) in _ID_TYPES for e in ids), bool, m)
-        ts = list(map(dict.get, objs, repeat(self.ts_field)))
-        ts_types = set(map(type, ts))
-        if not ts_types <= _TS_TYPES:
-            ok &= np.fromiter((type(t) in _TS_TYPES for t in ts), bool, m)
-        if float in ts_types and (ts_types != {float} or max(map(abs, ts)) >= _INT_EXACT):
-            ok &= np.fromiter((type(t) is not float or abs(t) < _INT_EXACT for t in ts), bool, m)
+                    e = decode(v)
+                except (msgspec.DecodeError, RecursionError):
+                    pass
+            out.append(e)
+        return out
+
+    def _fast_rows(self, evs: list):
+        """(X, ids, ts) of the clean events, and None when all are clean, else their bool mask.
+
+        msgspec has checked every type already (a number for each feature, an int or str id, a number, str or
+        null timestamp); what is left: magnitudes msgspec may read as floats where json.loads keeps exact ints,
+        and the schema hash.
+        """
+        m, d = len(evs), len(self.features)
+        X = np.array(list(chain.from_iterable(map(self._get_event_features, evs))), dtype=np.float64).reshape(m, d)
+        ok = (np.abs(X) < _INT_EXACT).all(axis=1)  # >= 2**63 (or inf) may be a big int literal: the reference decides
+        ids, ts = list(map(_ID, evs)), list(map(_TS, evs))
         if self.schema_hash is not None:
-            sch = list(map(dict.get, objs, repeat(self.schema_field), repeat(_ABSENT)))
-            if sch.count(_ABSENT) + sch.count(self.schema_hash) != m:
-                ok &= np.fromiter((s is _ABSENT or s == self.schema_hash for s in sch), bool, m)
+            sch = list(map(_SCHEMA, evs))
+            if sch.count(msgspec.UNSET) + sch.count(self.schema_hash) != m:
+                ok &= np.fromiter((s is msgspec.UNSET or s == self.schema_hash for s in sch), bool, m)
         if ok.all():
             return X, ids, ts, None
         keep = np.flatnonzero(ok).tolist()
@@ -216,7 +235,7 @@ class Decoder:
 
     # ------------------------------------------------------------------ reference path
     def decode_reference(self, values: list) -> Decoded:
-        """The ``json.loads`` path: the decoder as it was before the orjson fast path, for suspect events."""
+        """The ``json.loads`` path: the decoder as it was before the fast path, for suspect events."""
         objs, pos, rejects = [], [], []
         for i, v in enumerate(values):
             obj = self._parse(i, v, rejects)
