@@ -1,12 +1,14 @@
 """The loop's own objects, without a broker: what building them does to the process and the pending batch's shape."""
 
+import gc
+import weakref
 from concurrent.futures import Future
 
 import torch
 
 from offline_train.config import load_settings
 from streamer.config import Settings
-from streamer.pipeline.app import Pending, StreamApp
+from streamer.pipeline.app import Pending, StreamApp, settle_heap
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import Scorer
 
@@ -37,3 +39,28 @@ def test_pending_batch_is_a_typed_record():
     assert fields == {"records", "model", "thresholds", "decoded", "scores", "t0"}
     p = Pending(records=None, model=None, thresholds={"warning": 1.0}, decoded=None, scores=Future(), t0=0.0)
     assert p.thresholds["warning"] == 1.0
+
+
+
+class _Cyclic:
+    """Stands for a model that refers to itself (a torch module with hooks may): only the collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+def test_taking_a_model_freezes_the_heap_and_the_next_one_lets_a_swapped_out_model_go(tiny_model_dir):
+    app = StreamApp(load_settings(Settings), StaticModelProvider(str(tiny_model_dir), "cpu"))
+    old = _Cyclic()
+    gone = weakref.ref(old)
+    try:
+        gc.unfreeze()
+        app._use_model(app.provider.current())  # the loop's first model
+        assert gc.get_freeze_count() > 0  # what was alive then is out of the collector's sight
+        del old
+        gc.collect()
+        assert gone() is not None  # frozen, a cycle is not collected: why settle_heap unfreezes first
+        settle_heap()  # what _use_model does when a new version arrives
+        assert gone() is None
+    finally:
+        gc.unfreeze()  # the rest of the test session keeps the collector as it found it
