@@ -49,9 +49,12 @@ def main() -> None:
     s = load_settings(Settings, None)
     s.metrics.enabled = False
     for override in sys.argv[1:]:  # section.key=value
-        dotted, value = override.split("=", 1)
-        section, key = dotted.split(".")
-        setattr(getattr(s, section), key, type(getattr(getattr(s, section), key))(value))
+        try:
+            dotted, value = override.split("=", 1)
+            section, key = dotted.split(".")
+            setattr(getattr(s, section), key, type(getattr(getattr(s, section), key))(value))
+        except (ValueError, AttributeError) as e:
+            raise SystemExit(f"loop_phases.py: bad override {override!r} (expected section.key=value): {e}") from None
     broker = local_services.Service("kafka", local_services.free_port(), Path(tempfile.mkdtemp()) / "state").start()
     s.kafka.bootstrap = broker.url
     timed(app_module, "poll_batch", "poll_batch (group join included)")
