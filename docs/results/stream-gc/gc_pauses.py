@@ -15,31 +15,21 @@ counts, so they show the collections the loop meets.
 """
 import gc
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
-import numpy as np
+from backlog import EVENTS, backlog, settings, start_broker  # this folder's shared setup
 
-from offline_train.config import load_settings
-from streamer.config import Settings
-from streamer.dev import local_services
-from streamer.dev.bench_fixtures import bench_model, consume_only, events_json, produce
+from streamer.dev.bench_fixtures import consume_only
 from streamer.dev.bench_stream import _end_to_end
 from streamer.pipeline import app as app_module
-from streamer.pipeline.kafka_clients import ensure_topics
 from streamer.pipeline.scorer import ConstantScorer
-
-EVENTS = 200_000
 
 
 def main() -> None:
     freeze = "--freeze" in sys.argv[1:]
-    s = load_settings(Settings, None)
-    s.metrics.enabled = False
-    broker = local_services.Service("kafka", local_services.free_port(), Path(tempfile.mkdtemp()) / "state").start()
-    s.kafka.bootstrap = broker.url
+    s = settings()
+    broker = start_broker(s)
     count, seconds, started = Counter(), Counter(), [0.0]
 
     def hook(phase, info):
@@ -61,21 +51,17 @@ def main() -> None:
     # The streamer as it was settles nothing; settled, its own settling (before its first commit) goes uncounted.
     app_module.settle_heap = settle_unseen if freeze else (lambda: None)
     try:
-        model = bench_model(6, 64, 1, "cpu")
-        s.kafka.alerts_topic, s.kafka.deadletter_topic = "gc-alerts", "gc-dead"
-        ensure_topics(s.kafka, ["gc-events", "gc-alerts", "gc-dead"])
-        X = model.scaler_.inverse_transform(np.random.default_rng(1).normal(size=(EVENTS, 6)))
-        produce(s.kafka, "gc-events", events_json(X, model.feature_names_))
+        model, topic = backlog(s, "gc")
         if freeze:
             settle()
         print(f"heap {'settled (collect, gc.freeze)' if freeze else 'as it was'}; {len(gc.get_objects()):,} tracked "
               f"objects, {gc.get_freeze_count():,} frozen")
         gc.callbacks.append(hook)
         for r in range(3):
-            c = consume_only(s.kafka, "gc-events", EVENTS, s.stream.max_batch)
+            c = consume_only(s.kafka, topic, EVENTS, s.stream.max_batch)
             count.clear()
             seconds.clear()
-            e, _ = _end_to_end(s, model, "gc-events", f"gc-e2e-{r}-{time.time_ns()}", EVENTS, ConstantScorer(0.01, 5))
+            e, _ = _end_to_end(s, model, topic, f"gc-e2e-{r}-{time.time_ns()}", EVENTS, ConstantScorer(0.01, 5))
             per_gen = ", ".join(f"gen {g}: {count[g]} in {seconds[g] * 1000:.1f} ms" for g in sorted(count))
             print(f"round {r + 1}: consume-only {c:,.0f} msg/s, end to end {e:,.0f} events/s, ratio {e / c:.2f}; "
                   f"collections during the end-to-end run: {per_gen}")
