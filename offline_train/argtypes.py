@@ -10,6 +10,12 @@ argparse.ArgumentTypeError: expected a positive integer, got 0
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a TCP port (1-65535), got 99999
+>>> share("0.1"), share("1")
+(0.1, 1.0)
+>>> share("2")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a share in (0, 1], got 2.0
 """
 
 from __future__ import annotations
@@ -38,3 +44,14 @@ def port(text: str) -> int:
     if not 1 <= n <= 65535:
         raise argparse.ArgumentTypeError(f"expected a TCP port (1-65535), got {n}")
     return n
+
+
+def share(text: str) -> float:
+    """A fraction above zero and at most one (a share of events)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {x}")
+    return x

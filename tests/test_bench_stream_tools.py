@@ -39,6 +39,16 @@ def test_bench_stream_refuses_counts_below_one_in_one_line(argv, capsys):
     assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err
 
 
+
+@pytest.mark.parametrize("value", ["2", "0", "x"])
+def test_bench_stream_refuses_an_alert_share_outside_zero_to_one_in_one_line(value, capsys):
+    from streamer.ops.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "stream", "--scorer", "none", "--alert-share", value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a share in (0, 1]" in err and "Traceback" not in err
+
 @pytest.mark.integration
 def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp_path):
     """``--rounds``: consume-only and end to end alternate on fresh groups; the headline is the median of the

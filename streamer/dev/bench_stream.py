@@ -45,7 +45,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from offline_train.argtypes import positive_int
+from offline_train.argtypes import positive_int, share
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
 from offline_train.speed import cpu_name
@@ -539,7 +539,7 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--scorer", choices=("model", "none"), default="model",
                    help="model: score with the K-DSM network; none: scoring excluded (ConstantScorer: the same loop, "
                         "decode, alert encoding, publish and commit; --alert-share of events alert), headline e2e / consume-only")
-    p.add_argument("--alert-share", type=float, default=0.01, help="with --scorer none: the share of events that alert")
+    p.add_argument("--alert-share", type=share, default=0.01, help="with --scorer none: the share of events that alert")
     p.add_argument("--delivery", choices=("at_least_once", "exactly_once", "both"),
                    help="kafka.delivery of the streamers (default from config: at_least_once); exactly_once: one "
                         "transaction per batch, latency to commit = to visible for read_committed subscribers; both: "
