@@ -48,6 +48,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain, islice
 from operator import attrgetter, itemgetter
 
@@ -143,11 +144,17 @@ class Decoder:
         self.max_bytes = max_bytes
         # One C-level call pulls every feature of an object (KeyError if one is absent): the reference path.
         self._get_features = itemgetter(*self.features) if len(self.features) > 1 else (lambda o: (o[self.features[0]],))
-        # The fast path's typed events, and one C-level call for their features.
-        self._struct = event_decoder(self.features, id_field, ts_field, schema_field, schema_hash)
-        self._get_event_features = (attrgetter(*(f"f{j}" for j in range(len(self.features))))
-                                    if len(self.features) > 1 else (lambda e: (e.f0,)))
         self._fast_max_bytes = min(max_bytes, _SHALLOW_BYTES - 1)
+
+    # The fast path's typed events, built on first use (SpecDecoder, which reads dicts, never builds them).
+    @cached_property
+    def _struct(self) -> msgspec.json.Decoder | None:
+        return event_decoder(self.features, self.id_field, self.ts_field, self.schema_field, self.schema_hash)
+
+    @cached_property
+    def _get_event_features(self):
+        """One C-level call for a typed event's features, in model order."""
+        return attrgetter(*(f"f{j}" for j in range(len(self.features)))) if len(self.features) > 1 else (lambda e: (e.f0,))
 
     def decode(self, values: list) -> Decoded:
         """The fast path; suspect events go through ``decode_reference`` and are merged back by position."""
