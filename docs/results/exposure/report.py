@@ -1,12 +1,13 @@
 """Mean AUC-PR / AUC-ROC of the default with outlier exposure, from exposure.py's files (reads labels: report only).
 
     python3 docs/results/exposure/report.py NPZ_DIR REFERENCE_TXT
-    python3 docs/results/exposure/report.py protocol DEFAULT_CSV,... IFOREST_CSV,... NPZ_DIR [NPZ_DIR ...]
+    python3 docs/results/exposure/report.py protocol DEFAULT_CSV,... [METHOD@]BASELINE_CSV,... NPZ_DIR [NPZ_DIR ...]
 
 REFERENCE_TXT: a per-run table of the same harness, setting, split and seed whose columns 0, 1 and the last are the
 default as shipped, its network alone and IForest (../noisy_scoring/unsup_paper_seed0.txt). ``protocol``: the
 issue's mean (each dataset's mean over its seeds, then the mean over datasets) of every run in the folders, against
-the default's and IForest's rows of the same runs in committed bench results.csv files (comma lists).
+the default's and a baseline's rows (IForest unless METHOD@ names another) of the same runs in committed bench
+results.csv files (comma lists).
 """
 import sys
 from pathlib import Path
@@ -37,13 +38,15 @@ def reference(path: str) -> dict:
     return rows
 
 
-def protocol(default_csvs: str, iforest_csvs: str, dirs: list[str]) -> None:
-    """Print the issue's protocol means of the exposure runs, and the default's and IForest's of the same runs."""
+def protocol(default_csvs: str, baseline: str, dirs: list[str]) -> None:
+    """Print the issue's protocol means of the exposure runs, and the default's and a baseline's of the same runs."""
+    method, _, baseline_csvs = baseline.rpartition("@")
+    method = method or "iforest"
     try:
-        base = {m: baseline_rows(csvs.split(","), m) for m, csvs in (("default", default_csvs), ("iforest", iforest_csvs))}
+        base = {m: baseline_rows(csvs.split(","), m) for m, csvs in (("default", default_csvs), (method, baseline_csvs))}
     except (OSError, KeyError, ValueError) as e:
         raise SystemExit(f"{sys.argv[0]}: cannot read the bench results: {e!r}") from None
-    runs = {"exposure": {}, "default": {}, "iforest": {}}
+    runs = {"exposure": {}, "default": {}, method: {}}
     for f in npz_files(dirs):
         d, key = np.load(f), dataset_seed(f)
         missing = [m for m in base if key not in base[m]]
@@ -56,8 +59,8 @@ def protocol(default_csvs: str, iforest_csvs: str, dirs: list[str]) -> None:
     print(f"{len(runs['exposure'])} runs, {len(means['exposure'])} datasets (each dataset's mean over its seeds)")
     for m, r in means.items():
         avg = np.mean(list(r.values()), 0)
-        pr, rc = ahead(r, means["iforest"])
-        print(f"{m:9s} {avg[0]:.3f} / {avg[1]:.3f}  ahead of IForest on {pr} / {rc}")
+        pr, rc = ahead(r, means[method])
+        print(f"{m:9s} {avg[0]:.3f} / {avg[1]:.3f}  ahead of {method} on {pr} / {rc}")
     up, down = ahead(means["exposure"], means["default"]), ahead(means["default"], means["exposure"])
     print(f"exposure against default: ahead / behind on {up[0]} / {down[0]} (AUC-PR) and {up[1]} / {down[1]} (AUC-ROC)")
 
