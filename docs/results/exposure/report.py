@@ -69,7 +69,8 @@ def main() -> None:
     if len(sys.argv) >= 5 and sys.argv[1] == "protocol":
         return protocol(sys.argv[2], sys.argv[3], sys.argv[4:])
     if len(sys.argv) != 3:
-        raise SystemExit(f"usage: {sys.argv[0]} NPZ_DIR REFERENCE_TXT")
+        raise SystemExit(f"usage: {sys.argv[0]} NPZ_DIR REFERENCE_TXT | protocol DEFAULT_CSV,... "
+                         "[METHOD@]BASELINE_CSV,... NPZ_DIR [NPZ_DIR ...]")
     ref = reference(sys.argv[2])
     rows = {}
     for f in npz_files([sys.argv[1]]):
