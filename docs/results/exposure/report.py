@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import ahead, baseline_rows, dataset_seed, npz_files, seed_averaged  # noqa: E402
+from report import ahead, baseline_rows, dataset_seed, npz_files, print_ahead_behind, seed_averaged  # noqa: E402
 from sklearn.metrics import average_precision_score as ap  # noqa: E402
 from sklearn.metrics import roc_auc_score as roc  # noqa: E402
 
@@ -92,11 +92,7 @@ def main() -> None:
         print(f"{n:18s} {m[0]:.3f} / {m[1]:.3f}")
     for a, b in (("exposure", "default"), ("exposure", "iforest"), ("default", "iforest"),
                  ("exposure, network", "network")):
-        pa, pb = ({k: r[n] for k, r in rows.items()} for n in (a, b))
-        up, down = ahead(pa, pb), ahead(pb, pa)
-        print(f"{a} against {b}: ahead / behind on {up[0]} / {down[0]} (AUC-PR) and {up[1]} / {down[1]} (AUC-ROC) "
-              f"of {len(rows)}")
-
+        print_ahead_behind(rows, a, b)
 
 if __name__ == "__main__":
     main()
