@@ -40,19 +40,30 @@ def write_stream_config(s: Settings, path: Path, **sections) -> str:
     return str(path)
 
 
-def produce_paced(s: Settings, values: list, per_flush: int, pause_s: float = 0.1) -> None:
+def produce_paced(s: Settings, values: list, per_flush: int, pause_s: float = 0.1,
+                  stop: threading.Event | None = None, sent: list | None = None) -> None:
     """Produce ``values`` (keys k0, k1, ...) in flushed bursts of ``per_flush`` with a pause between,
-    so a kill in a crash test lands mid-stream."""
+    so a kill in a crash test lands mid-stream.
+
+    With ``stop``, production ends at the first burst boundary after it is set, so a test can keep events
+    flowing until it has done what it needs; how many were sent (all flushed) is appended to ``sent``.
+    """
     from streamer.pipeline.kafka_clients import make_producer
 
     p = make_producer(s.kafka)
+    n = 0
     for i, v in enumerate(values):
         p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=v)
+        n = i + 1
         if i % per_flush == per_flush - 1:
             p.flush()
+            if stop is not None and stop.is_set():
+                break
             time.sleep(pause_s)
     p.flush()
     p.close()
+    if sent is not None:
+        sent.append(n)
 
 
 def create_topics(s: Settings, partitions: int = 1) -> None:
