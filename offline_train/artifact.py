@@ -25,13 +25,16 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from . import storage
 from .features import spec_hash
+
+# torch is imported where tensors are read or written, so commands that only list models start seconds sooner.
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "kdsm-artifact/1"
 WEIGHTS = "weights.safetensors"
@@ -80,6 +83,8 @@ def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], me
         with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
             write_artifact(Path(tmp) / "a", tensors, meta)
             return publish_artifact(Path(tmp) / "a", path)
+    from safetensors.torch import save_file
+
     with atomic_directory(path) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
         meta = {**meta, "format": FORMAT}
@@ -141,6 +146,8 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dic
         raise ArtifactError(f"{path}: missing {WEIGHTS}")
     if _checksum(weights, meta) != meta.get("checksum"):
         raise ArtifactError(f"{path}: checksum mismatch: the artifact was modified or corrupted")
+    from safetensors.torch import load_file
+
     try:
         tensors = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError) as e:

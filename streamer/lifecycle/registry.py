@@ -33,15 +33,20 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from offline_train import storage
 from offline_train.artifact import METADATA, ArtifactError, artifact_exists, publish_artifact
-from offline_train.detector import KDSM
 
 from .control import ChannelWatcher, Keys, redis_client
 from .metrics import LifecycleMetrics
+
+# The detector (torch, scikit-learn) is imported where a model is loaded, so commands that only read the registry
+# (`kdsm models list`, `rollback`) start seconds sooner.
+if TYPE_CHECKING:
+    from offline_train.detector import KDSM
 
 log = logging.getLogger("kdsm.registry")
 
@@ -137,6 +142,8 @@ class ModelRegistry:
         status (a second ``models add`` of the serving model must not mark it
         "registered" again); only a missing artifact is copied back.
         """
+        from offline_train.detector import KDSM
+
         det = KDSM.load(model_dir, device="cpu")  # refuses a corrupt artifact before it enters the store
         version = det.version_
         if self.get(version) is not None:
@@ -282,6 +289,8 @@ class RegistryModelProvider:
     # ------------------------------------------------------------ internals
     def _load(self, version: str, schema: str | None) -> KDSM:
         try:
+            from offline_train.detector import KDSM
+
             det = KDSM.load(self.registry.store.location(version), device=self.device)
         except (ArtifactError, OSError) as e:
             raise RegistryError(f"version {version} does not load: {e}") from None
