@@ -21,13 +21,8 @@ from streamer.config import Settings
 from streamer.lifecycle.archive import ArchiveSink, example_batch
 from streamer.lifecycle.config import ArchiveConfig
 from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
-from streamer.lifecycle.retrain import (
-    RetrainLock,
-    request_retrain,
-    run_retrain,
-    select_window,
-    watch,
-)
+from streamer.lifecycle.requests import request_retrain
+from streamer.lifecycle.retrain import RetrainLock, run_retrain, select_window, watch
 from streamer.ops.cli import main as kdsm_main
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,8 @@
 
 ``run_retrain`` is one run; ``kdsm retrain`` calls it (from cron / a
 Kubernetes CronJob), ``kdsm retrain --request`` asks for one through the
-Redis stream ``<prefix>retrain:requests`` (drift events write there too), and
+Redis stream ``<prefix>retrain:requests`` (``streamer.lifecycle.requests``;
+drift events write there too), and
 ``kdsm retrain --watch`` consumes that stream with a consumer group and runs
 one retrain per burst of requests.
 
@@ -316,13 +317,6 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
 
 
 # ---------------------------------------------------------------------- requests
-def request_retrain(registry: ModelRegistry, reason: str = "manual", by: str | None = None) -> str:
-    """Append a retrain request; returns its stream id."""
-    return registry.r.xadd(registry.keys.requests, {"reason": reason, "by": by or socket.gethostname(),
-                                                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                           maxlen=10000, approximate=True)
-
-
 def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
           max_runs: int | None = None, consumer: str | None = None,
           metrics: LifecycleMetrics | None = None) -> list[RetrainResult]:

@@ -67,7 +67,7 @@ def _print(obj) -> None:
 
 def _retrain(a, settings_cls) -> int:
     from streamer.lifecycle.control import redis_client
-    from streamer.lifecycle.retrain import request_retrain, run_retrain, watch
+    from streamer.lifecycle.requests import request_retrain
     from streamer.pipeline.logs import setup_logging
 
     s = load_settings(settings_cls, a.config)
@@ -75,6 +75,9 @@ def _retrain(a, settings_cls) -> int:
     if a.request:
         _print({"requested": request_retrain(reg, a.reason or "manual"), "stream": reg.keys.requests})
         return 0
+    # The training job (torch, the detector) is imported only here: a request above answers in about a second.
+    from streamer.lifecycle.retrain import run_retrain, watch
+
     setup_logging(a.log_level)
     if a.watch:
         results = watch(s, reg, redis_client(s.redis, blocking=True), max_runs=a.max_runs)
