@@ -102,7 +102,6 @@ def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
         assert "secret" not in r.stderr
 
 
-
 def test_commands_that_only_use_the_registry_load_no_model_code(redis_url, tmp_path, unique):
     """`kdsm models list` and `kdsm retrain --request` took 6.5-6.9 s, about 5 s of it importing torch and
     scikit-learn that they never used."""
