@@ -116,8 +116,10 @@ def artifact_exists(path) -> bool:
     return storage.is_file(storage.join(path, METADATA))
 
 
-def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
-    """Tensors (on CPU) and metadata, verified; raises ArtifactError."""
+def read_artifact(path: str | os.PathLike, arrays: str = "torch") -> tuple[dict[str, torch.Tensor], dict]:
+    """Tensors (on CPU) and metadata, verified; raises ArtifactError.
+
+    ``arrays="numpy"`` reads numpy arrays instead, for callers that need no model (the thresholds commands)."""
     if storage.is_remote(path):
         with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
             try:
@@ -127,7 +129,7 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dic
             if not (Path(tmp) / METADATA).is_file():
                 raise ArtifactError(f"no model artifact at {path} (no {METADATA}: missing, or its upload did not finish)")
             try:
-                return read_artifact(tmp)
+                return read_artifact(tmp, arrays)
             except ArtifactError as e:
                 raise ArtifactError(str(e).replace(tmp, str(path))) from None
     path = Path(path)
@@ -146,10 +148,15 @@ def read_artifact(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dic
         raise ArtifactError(f"{path}: missing {WEIGHTS}")
     if _checksum(weights, meta) != meta.get("checksum"):
         raise ArtifactError(f"{path}: checksum mismatch: the artifact was modified or corrupted")
-    from safetensors.torch import load_file
-
     try:
-        tensors = load_file(str(weights), device="cpu")
+        if arrays == "numpy":
+            from safetensors.numpy import load_file as load_arrays
+
+            tensors = load_arrays(str(weights))
+        else:
+            from safetensors.torch import load_file
+
+            tensors = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError) as e:
         raise ArtifactError(f"{path}: cannot read weights: {e}") from None
     spec = meta.get("feature_spec")

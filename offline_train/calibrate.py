@@ -34,6 +34,12 @@ class Calibration:
         thresholds = {name: float(np.quantile(s, q)) for name, q in severities.items()}
         return cls(s, dict(severities), thresholds)
 
+    @classmethod
+    def from_artifact(cls, scores, meta: dict) -> Calibration:
+        """An artifact's calibration: its sorted scores (a tensor or an array) and its metadata's quantiles and thresholds."""
+        return cls(np.asarray(scores, dtype=np.float64), dict(meta["quantiles"]),
+                   {k: float(v) for k, v in meta["thresholds"].items()})
+
     def threshold_for_quantile(self, q: float) -> float:
         return float(np.quantile(self.scores, q))
 

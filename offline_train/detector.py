@@ -454,8 +454,7 @@ class KDSM(BaseEstimator):
                 det.forest_ = IsolationScorer.from_state(
                     {k[7:]: v for k, v in tensors.items() if k.startswith("forest.")}, meta["forest"]).to(det.device_)
                 det.blend_ = Blend.from_dict(meta["blend"])
-            det.calibration_ = Calibration(tensors["calibration_scores"].numpy(), dict(meta["quantiles"]),
-                                           {k: float(v) for k, v in meta["thresholds"].items()})
+            det.calibration_ = Calibration.from_artifact(tensors["calibration_scores"].numpy(), meta)
             det.calibration_source_ = meta["calibration"]["source"]
             det.train_summary_ = TrainSummary(**{**meta["train_summary"], "loss_curve": [tuple(p) for p in meta["train_summary"]["loss_curve"]]})
             det.data_summary_ = meta.get("data_summary")

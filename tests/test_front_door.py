@@ -102,11 +102,12 @@ def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
         assert "secret" not in r.stderr
 
 
-def test_commands_that_only_use_the_registry_load_no_model_code(redis_url, tmp_path, unique):
-    """`kdsm models list` and `kdsm retrain --request` took 6.5-6.9 s, about 5 s of it importing torch and
-    scikit-learn that they never used."""
+def test_registry_and_threshold_commands_load_no_model_code(redis_url, tmp_path, unique, tiny_model_dir):
+    """`kdsm models list`, `kdsm retrain --request` and `kdsm thresholds show` took 5-7 s, about 4-5 s of it
+    importing torch and scikit-learn that they never used."""
     code = ("import sys\nfrom streamer.ops.cli import main\ncodes = []\n"
-            "for args in (['models', 'list'], ['models', 'rollback'], ['retrain', '--request']):\n"
+            f"for args in (['models', 'list'], ['models', 'rollback'], ['retrain', '--request'],\n"
+            f"             ['thresholds', 'show', '--model', {str(tiny_model_dir)!r}]):\n"
             "    try:\n        codes.append(main(args) or 0)\n    except SystemExit as e:\n        codes.append(e.code)\n"
             "print('CODES', codes)\n"
             "print('LOADED', sorted(m for m in ('torch', 'sklearn', 'offline_train.detector') if m in sys.modules))")
@@ -114,7 +115,7 @@ def test_commands_that_only_use_the_registry_load_no_model_code(redis_url, tmp_p
            "KDSM_REGISTRY__STORE_DIR": str(tmp_path / "store")}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "CODES [0, 2, 0]" in r.stdout and '"requested"' in r.stdout and "nothing to roll back to" in r.stderr, (r.stdout[-300:], r.stderr[-1000:])
+    assert "CODES [0, 2, 0, 0]" in r.stdout and '"artifact_quantiles"' in r.stdout and '"requested"' in r.stdout and "nothing to roll back to" in r.stderr, (r.stdout[-300:], r.stderr[-1000:])
     assert "LOADED []" in r.stdout, r.stdout[-300:]
 
 

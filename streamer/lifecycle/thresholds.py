@@ -25,9 +25,13 @@ import logging
 import socket
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import redis
+
+from offline_train.artifact import ArtifactError, read_artifact
+from offline_train.calibrate import Calibration
 
 from .control import ChannelWatcher, Keys, connect, redis_client, require
 
@@ -213,6 +217,32 @@ def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
         if proposed[severer] < proposed[milder]:
             raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
                                  "a more severe threshold must not be lower")
+
+
+@dataclass(frozen=True)
+class ArtifactCalibration:
+    """What ``ThresholdOps`` needs of a model artifact, read without loading its model.
+
+    The fields are named as ``KDSM`` names them, so either serves ``ThresholdOps``. Reading only the metadata and the
+    calibration scores (checksums verified) spares the thresholds commands torch: they answer in about a second.
+    """
+
+    version_: str
+    schema_hash_: str
+    calibration_: Calibration
+
+    @property
+    def thresholds_(self) -> dict[str, float]:
+        return self.calibration_.thresholds
+
+    @classmethod
+    def read(cls, path) -> ArtifactCalibration:
+        arrays, meta = read_artifact(path, arrays="numpy")
+        try:
+            return cls(str(meta["version"]), str(meta["schema_hash"]),
+                       Calibration.from_artifact(arrays["calibration_scores"], meta))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{path}: artifact metadata and weights do not fit together: {e}") from None
 
 
 class ThresholdOps:

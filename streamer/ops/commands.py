@@ -123,11 +123,10 @@ def _replay(a, settings_cls) -> int:
 
 
 def _thresholds(a, settings_cls) -> int:
-    from offline_train.detector import KDSM
-    from streamer.lifecycle.thresholds import ThresholdOps
+    from streamer.lifecycle.thresholds import ArtifactCalibration, ThresholdOps
 
     s = _settings(a, settings_cls)
-    ops = ThresholdOps.from_settings(s, KDSM.load(_model_path(a, s), device="cpu"))
+    ops = ThresholdOps.from_settings(s, ArtifactCalibration.read(_model_path(a, s)))
     if a.action == "show":
         out = ops.show()
     elif a.action == "set":
