@@ -23,7 +23,7 @@ from stream_support import (
 from offline_train.detector import KDSM
 from streamer.dev import local_services
 from streamer.lifecycle.control import connect
-from streamer.lifecycle.thresholds import LiveThresholds, ThresholdStore
+from streamer.lifecycle.thresholds import ArtifactCalibration, LiveThresholds, ThresholdStore
 from streamer.ops.cli import main as kdsm
 
 pytestmark = pytest.mark.integration
@@ -201,3 +201,21 @@ def test_cli_refuses_a_negative_score_and_a_critical_below_warning(tmp_path, cap
     assert kdsm(["thresholds", "set", *base, "--severity", "warning", "--score", str(model.thresholds_["critical"] * 2)]) == 2
     assert redis_client.hgetall(f"{prefix}thresholds:{model.version_}") == {}  # nothing reached the streamers
     assert kdsm(["thresholds", "set", *base, "--severity", "critical", "--score", str(model.thresholds_["critical"] * 2)]) == 0
+
+
+def test_the_artifact_calibration_is_the_models_without_loading_it(tiny_model_dir, tmp_path):
+    """What the thresholds commands read (metadata and calibration scores, no network) equals the loaded model's."""
+    import shutil
+
+    from offline_train.artifact import ArtifactError
+
+    det, card = KDSM.load(tiny_model_dir, device="cpu"), ArtifactCalibration.read(tiny_model_dir)
+    assert (card.version_, card.schema_hash_, card.thresholds_) == (det.version_, det.schema_hash_, det.thresholds_)
+    np.testing.assert_array_equal(card.calibration_.scores, det.calibration_.scores)
+    assert card.calibration_.threshold_for_quantile(0.97) == det.calibration_.threshold_for_quantile(0.97)
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    with open(broken / "weights.safetensors", "ab") as f:
+        f.write(b"x")
+    with pytest.raises(ArtifactError, match="checksum"):
+        ArtifactCalibration.read(broken)
