@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from safetensors import SafetensorError
 
@@ -116,8 +116,8 @@ def artifact_exists(path) -> bool:
     return storage.is_file(storage.join(path, METADATA))
 
 
-def read_artifact(path: str | os.PathLike, arrays: str = "torch") -> tuple[dict[str, torch.Tensor], dict]:
-    """Tensors (on CPU) and metadata, verified; raises ArtifactError.
+def read_artifact(path: str | os.PathLike, arrays: Literal["torch", "numpy"] = "torch") -> tuple[dict, dict]:
+    """Tensors (torch, on CPU) and metadata, verified; raises ArtifactError.
 
     ``arrays="numpy"`` reads numpy arrays instead, for callers that need no model (the thresholds commands)."""
     if storage.is_remote(path):
