@@ -1,7 +1,7 @@
 """Per-row network outputs f(x) of the default, one training per dataset (issue 11, diagnosis only).
 
-Saves, per dataset and seed, the default's blend, its two parts, the network's output vectors f(x) and the standardised
-rows, for train and test, with the labels (report only). ``read.py`` then compares reads of the output vectors.
+Saves, per dataset and seed, the default's blend, its two parts, the network's output vectors f(x), for the
+training and test rows, with the labels (report only). ``read.py`` then compares reads of the output vectors.
 From the repository root, two one-thread workers:
     for w in 0 1; do python3 docs/results/score_space/scorespace.py unsup paper 0 $w 2 runs/ss & done; wait
 Arguments: those of ``../ablation_snapshots/perrow.py``.
@@ -24,11 +24,10 @@ settings = TrainSettings()
 for f, seed, Xtr, Xte, sc, sp, y in trainings(sys.argv, settings.data.scale_discrete):
     t0 = time.time()
     det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc)
-    refine = det.train_summary_.refine or {}
-    res = {"y_test": sp.y_test, "y_train": y[sp.train_idx], "keep": np.float64(refine.get("keep", np.nan))}
+    res = {"y_test": sp.y_test, "y_train": y[sp.train_idx]}
     for part, Xp in (("test", Xte), ("train", Xtr)):
         pp = det.score_parts(Xp)
         res.update({f"blend_{part}": pp.scores, f"net_{part}": pp.network, f"forest_{part}": pp.forest,
-                    f"F_{part}": pp.outputs, f"Z_{part}": det.standardise(Xp).astype(np.float32)})
+                    f"F_{part}": pp.outputs})
     np.savez_compressed(f, **res)
     print(f.stem, f"{time.time() - t0:.0f}s", flush=True)
