@@ -8,6 +8,7 @@ dataset-seed of DIR's files needs one).
 import csv
 import glob
 import json
+import os
 import statistics as st
 import sys
 from collections import defaultdict
@@ -69,11 +70,12 @@ def read_runs(paths) -> dict:
 
 def rebuilt_runs(setting: str, split: str, dirs):
     """For each variants.py file in dirs: (dataset, seed, the file's arrays, test labels, standardised training and
-    test rows), the split and scaler rebuilt as the bench builds them."""
+    test rows), the split and scaler rebuilt as the bench builds them, from the datasets in $ADBENCH (as perrow.py
+    reads them; ../shared/data/adbench by default)."""
     from offline_train.config import TrainSettings
     from offline_train.evaluation.runner import _prepared
 
-    data = Path("../shared/data/adbench")
+    data = Path(os.environ.get("ADBENCH", "../shared/data/adbench"))
     scale_discrete = TrainSettings().data.scale_discrete
     for f in npz_files(dirs, f"*_{setting}_{split}_*.npz"):
         ds, seed = dataset_seed(f)
