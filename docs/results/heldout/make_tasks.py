@@ -36,22 +36,29 @@ def _digits() -> tuple[np.ndarray, np.ndarray]:
     return X[keep].astype(float), y[keep].astype(str)
 
 
-def tasks():
-    """Yield (name, X, y) for every task, deterministic."""
-    for source, (X, labels) in (("segment", _river("ImageSegments")), ("phishing", _river("Phishing")),
-                                ("banana", _river("Bananas")), ("digits", _digits())):
+def one_task_per_class(sources, seed_base: int):
+    """Yield (name, X, y) for each class of each (source, (X, labels)): that class the anomaly, downsampled to SHARE of
+    the normal rows (at least 10; the draw seeded by seed_base + the class's index), every other class normal."""
+    for source, (X, labels) in sources:
         for i, cls in enumerate(sorted(set(labels))):
             normal, anomalous = np.flatnonzero(labels != cls), np.flatnonzero(labels == cls)
             n_anom = min(len(anomalous), max(10, round(SHARE * len(normal))))
-            picked = np.random.default_rng(1000 + i).choice(anomalous, n_anom, replace=False)
+            picked = np.random.default_rng(seed_base + i).choice(anomalous, n_anom, replace=False)
             idx = np.r_[normal, np.sort(picked)]
             y = np.r_[np.zeros(len(normal), int), np.ones(n_anom, int)]
             yield f"{source}-{cls}".replace(" ", "_"), X[idx], y
 
 
-def main(argv: list[str]) -> int:
+def tasks():
+    """Yield (name, X, y) for every task, deterministic."""
+    yield from one_task_per_class((("segment", _river("ImageSegments")), ("phishing", _river("Phishing")),
+                                   ("banana", _river("Bananas")), ("digits", _digits())), 1000)
+
+
+def main(argv: list[str], tasks=tasks, script: str = Path(__file__).name) -> int:
+    """Write every task of tasks() to OUT_DIR as <k>_<name>.npz; one line and 1 on a bad call or an unwritable folder."""
     if len(argv) != 1:
-        print(f"usage: {Path(__file__).name} OUT_DIR", file=sys.stderr)
+        print(f"usage: {script} OUT_DIR", file=sys.stderr)
         return 1
     out = Path(argv[0])
     try:

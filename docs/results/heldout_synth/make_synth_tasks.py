@@ -7,7 +7,7 @@ Waveform (21 numeric features, 3 classes), RandomRBF (10 features, 5 classes aro
 (9 features, some of them integer codes of categories; two labelling functions, 2 classes each). 2,000 rows are drawn
 from each generator with fixed seeds. Writes ``<k>_<name>.npz`` (keys X, y; 1 = anomaly) for ``ADBENCH=``.
 
-python3 docs/results/heldout_synth/make_tasks.py OUT_DIR
+python3 docs/results/heldout_synth/make_synth_tasks.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-SHARE = 0.05
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "heldout"))
+from make_tasks import main, one_task_per_class  # noqa: E402  (../heldout/make_tasks.py: the same task rule)
+
 ROWS = 2000
 
 
@@ -39,31 +41,8 @@ def sources():
 
 def tasks():
     """Yield (name, X, y) for every task, deterministic."""
-    for source, (X, labels) in sources():
-        for i, cls in enumerate(sorted(set(labels))):
-            normal, anomalous = np.flatnonzero(labels != cls), np.flatnonzero(labels == cls)
-            n_anom = min(len(anomalous), max(10, round(SHARE * len(normal))))
-            picked = np.random.default_rng(2000 + i).choice(anomalous, n_anom, replace=False)
-            idx = np.r_[normal, np.sort(picked)]
-            y = np.r_[np.zeros(len(normal), int), np.ones(n_anom, int)]
-            yield f"{source}-{cls}", X[idx], y
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(f"usage: {Path(__file__).name} OUT_DIR", file=sys.stderr)
-        return 1
-    out = Path(argv[0])
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for k, (name, X, y) in enumerate(tasks(), start=1):
-            np.savez(out / f"{k}_{name}.npz", X=X, y=y)
-            print(f"{k}_{name}: {X.shape[0]} rows x {X.shape[1]}, {int(y.sum())} anomalies")
-    except OSError as e:
-        print(f"cannot write {out}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    return 0
+    yield from one_task_per_class(sources(), 2000)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], tasks, Path(__file__).name))
