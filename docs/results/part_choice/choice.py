@@ -32,7 +32,7 @@ from sklearn.metrics import roc_auc_score as roc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "knn_core"))
 from knncore import kth_distance  # noqa: E402
-from report import cores, lg, rebuilt_runs, score_cli  # noqa: E402
+from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 SETS = {
     "net+forest": ("net", "forest"),
@@ -64,7 +64,7 @@ def central(train: dict) -> str:
 
 def pseudo(train: dict) -> str:
     """The part whose training ranking best finds the top PSEUDO_SHARE of the other parts' mean z-score."""
-    z = {k: (v - v.mean()) / (v.std() + 1e-12) for k, v in train.items()}
+    z = {k: standardise(v, v) for k, v in train.items()}
 
     def agreement(a):
         others = np.mean([z[b] for b in z if b != a], axis=0)

@@ -14,7 +14,7 @@ fitted on all of them and applied to the ``--held`` file.
 """
 import json
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from sklearn.preprocessing import StandardScaler
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 from choice import parts  # noqa: E402
-from report import rebuilt_runs  # noqa: E402
+from report import rebuilt_runs, seed_averaged, standardise  # noqa: E402
 
 PARTS = ("net", "forest", "knn_netcore", "knn_fcore50", "ecod")
 CANDIDATES = {"three parts": PARTS[:3], "five parts": PARTS}
@@ -39,8 +39,7 @@ def features(d, Ztr, p) -> dict:
     f = {"log_rows": np.log(len(Ztr)), "log_columns": np.log(Ztr.shape[1]),
          "forest_estimate": np.mean(d["forest_train"] > 0.5)}
     for k in PARTS:
-        tr = p[k][0]
-        z = (tr - tr.mean()) / (tr.std() + 1e-12)
+        z = standardise(p[k][0], p[k][0])
         f[f"skew {k}"], f[f"log kurtosis {k}"], f[f"above z 2 {k}"] = skew(z), np.log(kurtosis(z) + 3), np.mean(z > 2)
     for i, a in enumerate(PARTS):
         for b in PARTS[i + 1:]:
@@ -74,10 +73,7 @@ def load(path) -> dict:
 
 def protocol_mean(per_run: dict):
     """Mean over datasets of each dataset's mean over its seeds, of {"dataset|seed": (AUC-PR, AUC-ROC)}."""
-    by = defaultdict(list)
-    for k, v in per_run.items():
-        by[k.split("|")[0]].append(v)
-    return np.mean([np.mean(v, 0) for v in by.values()], 0)
+    return np.mean(list(seed_averaged({(k.split("|")[0], k): v for k, v in per_run.items()}).values()), 0)
 
 
 def regressor(kind):
