@@ -1,5 +1,8 @@
 """The default score: the network's and an isolation forest's, on the network's scale.
 
+With ``score.knn`` on, a third part joins them: the distance to the k-th
+nearest of the training rows the network keeps (``offline_train.neighbours``).
+
 On contaminated history the score network and an isolation forest miss
 different anomalies (docs/contaminated.md): the network sees departures from
 the learnt density feature by feature, the forest sees rows that few random
@@ -34,6 +37,10 @@ network's part (``KDSM.explain``); alerts also carry both parts.
 True
 >>> Blend.from_dict(b.to_dict()) == b
 True
+>>> b3 = Blend.fit(np.exp(rng.normal(size=1000)), rng.uniform(0.3, 0.6, size=1000), rng.uniform(1, 2, size=1000))
+>>> s3 = b3(np.array([1.0, 1.0]), np.array([0.45, 0.45]), np.array([1.5, 9.0]))
+>>> bool(s3[1] > s3[0]), Blend.from_dict(b3.to_dict()) == b3
+(True, True)
 """
 
 from __future__ import annotations
@@ -47,32 +54,53 @@ _TINY = 1e-12  # keeps log(0) and a constant part finite
 
 @dataclass(frozen=True)
 class Blend:
-    """Training-row moments of the two parts: the network's log score and the forest's score."""
+    """Training-row moments of the parts: the network's log score, the forest's score and, where
+    ``score.knn`` is on, the k-NN distance (``knn_mean`` and ``knn_std`` are None without it)."""
 
     network_mean: float
     network_std: float
     forest_mean: float
     forest_std: float
+    knn_mean: float | None = None
+    knn_std: float | None = None
 
     @classmethod
-    def fit(cls, network_scores: np.ndarray, forest_scores: np.ndarray) -> Blend:
+    def fit(cls, network_scores: np.ndarray, forest_scores: np.ndarray, knn_distances: np.ndarray | None = None) -> Blend:
         log_n = np.log(np.asarray(network_scores, np.float64) + _TINY)
         f = np.asarray(forest_scores, np.float64)
-        return cls(float(log_n.mean()), float(log_n.std()) + _TINY, float(f.mean()), float(f.std()) + _TINY)
+        knn = (None, None)
+        if knn_distances is not None:
+            d = np.asarray(knn_distances, np.float64)
+            knn = (float(d.mean()), float(d.std()) + _TINY)
+        return cls(float(log_n.mean()), float(log_n.std()) + _TINY, float(f.mean()), float(f.std()) + _TINY, *knn)
 
-    def z_scores(self, network_scores: np.ndarray, forest_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each part standardised by its training-row moments: (z_network on the log scale, z_forest)."""
-        z_net = (np.log(np.asarray(network_scores, np.float64) + _TINY) - self.network_mean) / self.network_std
-        z_forest = (np.asarray(forest_scores, np.float64) - self.forest_mean) / self.forest_std
-        return z_net, z_forest
+    @property
+    def has_knn(self) -> bool:
+        return self.knn_mean is not None
 
-    def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray) -> np.ndarray:
-        z_net, z_forest = self.z_scores(network_scores, forest_scores)
-        return np.exp(self.network_mean + self.network_std * np.maximum(z_net, z_forest))
+    def z_scores(self, network_scores: np.ndarray, forest_scores: np.ndarray,
+                 knn_distances: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """Each part standardised by its training-row moments: (z_network on the log scale, z_forest[, z_knn])."""
+        if self.has_knn != (knn_distances is not None):
+            raise ValueError("the k-NN distances must be given exactly when the blend was fitted with them")
+        z = [(np.log(np.asarray(network_scores, np.float64) + _TINY) - self.network_mean) / self.network_std,
+             (np.asarray(forest_scores, np.float64) - self.forest_mean) / self.forest_std]
+        if knn_distances is not None:
+            z.append((np.asarray(knn_distances, np.float64) - self.knn_mean) / self.knn_std)
+        return tuple(z)
+
+    def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray,
+                 knn_distances: np.ndarray | None = None) -> np.ndarray:
+        z = self.z_scores(network_scores, forest_scores, knn_distances)
+        return np.exp(self.network_mean + self.network_std * np.max(z, axis=0))
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: dict) -> Blend:
-        return cls(**{k: float(d[k]) for k in ("network_mean", "network_std", "forest_mean", "forest_std")})
+        """From ``to_dict``; a blend saved before the k-NN part (no ``knn_*`` keys) has two parts."""
+        keys = ["network_mean", "network_std", "forest_mean", "forest_std"]
+        if "knn_mean" in d or "knn_std" in d:
+            keys += ["knn_mean", "knn_std"]  # both or a KeyError
+        return cls(**{k: float(d[k]) for k in keys})

@@ -43,8 +43,9 @@ from .data import DataError, ParquetSource, bounded_sample
 from .engine import LocalEngine
 from .features import FittedFeatures
 from .isolation import IsolationScorer, fit_forest
+from .neighbours import NeighbourScorer, reference_rows
 from .model import ScoreNet, resolve_device
-from .refine import Refinement
+from .refine import Refinement, lowest
 from .scaler import ColumnMoments, Scaler
 from .sigmas import KurtosisSigmas
 from .train import TrainSummary, train_score_net
@@ -77,6 +78,7 @@ class ScoreParts:
     outputs: np.ndarray  # f(x), the network's raw outputs (n, d): the explanations' source
     network: np.ndarray  # ||f(x)||, the network's score
     forest: np.ndarray | None  # the isolation forest's score s in (0, 1], where the blend is on
+    knn: np.ndarray | None = None  # the distance to the k-th nearest kept training row, where score.knn is on
 
 
 def _or_default(section, cls):
@@ -269,13 +271,16 @@ class KDSM(BaseEstimator):
         if refine is not None:
             self.train_summary_.refine = refine.summary()
         self.net_.eval()
-        self.forest_, self.blend_ = None, None
+        self.forest_, self.neighbours_, self.blend_ = None, None, None
         if self.score_config.isolation_forest:
             # The warm start's forest where there is one: fitted on these rows with this seed either way.
             forest = refine.warm_.forest_ if refine is not None else fit_forest(Z, t.seed)
             self.forest_ = IsolationScorer.from_forest(forest).to(self.device_)
             parts = self.score_parts(train_X)
-            self.blend_ = Blend.fit(parts.network, parts.forest)
+            knn = None
+            if self.score_config.knn and len(train_X) >= 2:
+                knn = self._fit_neighbours(train_X, parts.network, refine.keep_ if refine is not None else 1.0)
+            self.blend_ = Blend.fit(parts.network, parts.forest, knn)
         phase("calibrating: thresholds from held-out scores")
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
@@ -283,6 +288,16 @@ class KDSM(BaseEstimator):
         self.calibration_ = Calibration.fit(cal_scores, self.calibration_config.severities)
         self.version_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         return self
+
+    def _fit_neighbours(self, train_X: np.ndarray, network_scores: np.ndarray, keep: float) -> np.ndarray:
+        """The k-NN part's reference: a seeded sample of the ``keep`` share of training rows the trained network
+        finds most normal (what the refinement keeps). Returns the training rows' distances for the blend's moments."""
+        core = lowest(network_scores, keep)
+        ref = reference_rows(core, self.score_config.knn_rows, self.train_config.seed)
+        Z = torch.from_numpy(self.standardise(train_X).astype(np.float32)).to(self.device_)
+        self.neighbours_ = NeighbourScorer.from_rows(Z[torch.as_tensor(ref, device=self.device_)].cpu().numpy(),
+                                                     self.score_config.knn_k).to(self.device_)
+        return self.neighbours_.training_distances(Z, ref).cpu().numpy()
 
     # ----------------------------------------------------------------- scoring
     @property
@@ -312,8 +327,8 @@ class KDSM(BaseEstimator):
         if not np.isfinite(X).all():  # the streamer dead-letters such rows before they get here
             raise ValueError("X contains NaN or infinite values")
         Z = self.standardise(X).astype(np.float32)
-        forest = getattr(self, "forest_", None)
-        outs, isolation = [], []
+        forest, neighbours = getattr(self, "forest_", None), getattr(self, "neighbours_", None)
+        outs, isolation, distances = [], [], []
         cuda = self.device_.type == "cuda"
         for i in range(0, len(Z), chunk):
             t = torch.from_numpy(Z[i:i + chunk])
@@ -322,13 +337,18 @@ class KDSM(BaseEstimator):
             outs.append(self.net_(t).float().cpu().numpy())
             if forest is not None:
                 isolation.append(forest(t).cpu().numpy())
+            if neighbours is not None:
+                distances.append(neighbours(t).cpu().numpy())
         F = np.concatenate(outs) if outs else np.zeros((0, self.n_features_in_), np.float32)
         network = np.linalg.norm(F.astype(np.float64), axis=1)
         if forest is None:
             return ScoreParts(network, F, network, None)
         s = np.concatenate(isolation) if isolation else np.zeros(0)
+        knn = (np.concatenate(distances) if distances else np.zeros(0)) if neighbours is not None else None
         blend = getattr(self, "blend_", None)
-        return ScoreParts(blend(network, s) if blend is not None else network, F, network, s)
+        if blend is None:  # during fit, before the blend's moments exist
+            return ScoreParts(network, F, network, s, knn)
+        return ScoreParts(blend(network, s, knn), F, network, s, knn)
 
     def score_outputs(self, X: np.ndarray, chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
         """Scores and the network's raw outputs f(x) for raw rows ``X`` (``score_parts``, without the parts)."""
@@ -396,6 +416,9 @@ class KDSM(BaseEstimator):
         forest = getattr(self, "forest_", None)
         if forest is not None:
             tensors.update({f"forest.{k}": v for k, v in forest.state_dict().items()})
+        neighbours = getattr(self, "neighbours_", None)
+        if neighbours is not None:
+            tensors.update({f"knn.{k}": v for k, v in neighbours.state_dict().items()})
         meta = {
             "version": self.version_,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -410,6 +433,7 @@ class KDSM(BaseEstimator):
             "refine_config": self.refine_config.model_dump(),
             "score_config": self.score_config.model_dump(),
             **({"forest": forest.shape, "blend": self.blend_.to_dict()} if forest is not None else {}),
+            **({"knn": neighbours.shape} if neighbours is not None else {}),
             "train_config": self.train_config.model_dump(),
             "thresholds": self.thresholds_,
             "quantiles": self.calibration_.quantiles,
@@ -449,11 +473,16 @@ class KDSM(BaseEstimator):
             det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
             det.device_ = resolve_device(device)
             det.net_.to(det.device_).eval()
-            det.forest_, det.blend_ = None, None
+            det.forest_, det.neighbours_, det.blend_ = None, None, None
             if det.score_config.isolation_forest:  # artifacts from before the blend have neither
                 det.forest_ = IsolationScorer.from_state(
                     {k[7:]: v for k, v in tensors.items() if k.startswith("forest.")}, meta["forest"]).to(det.device_)
                 det.blend_ = Blend.from_dict(meta["blend"])
+            if "knn" in meta:  # score.knn: artifacts from before the k-NN part have none
+                det.neighbours_ = NeighbourScorer.from_state(
+                    {k[4:]: v for k, v in tensors.items() if k.startswith("knn.")}, meta["knn"]).to(det.device_)
+            if (det.neighbours_ is not None) != (det.blend_ is not None and det.blend_.has_knn):
+                raise ArtifactError(f"{path}: the k-NN part and the blend's moments do not fit together")
             det.calibration_ = Calibration.from_artifact(tensors["calibration_scores"].numpy(), meta)
             det.calibration_source_ = meta["calibration"]["source"]
             det.train_summary_ = TrainSummary(**{**meta["train_summary"], "loss_curve": [tuple(p) for p in meta["train_summary"]["loss_curve"]]})

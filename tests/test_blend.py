@@ -71,7 +71,8 @@ def test_default_score_is_the_blend_of_its_parts(tiny_model_dir):
     for s in (p.network, p.forest, p.scores):
         assert s[300:].min() > np.quantile(s[:300], 0.9)
     meta = json.loads((tiny_model_dir / METADATA).read_text())
-    assert meta["score_config"] == {"isolation_forest": True} and set(meta["blend"]) == set(Blend.__dataclass_fields__)
+    assert meta["score_config"] == ScoreConfig().model_dump() and not meta["score_config"]["knn"]  # two parts by default
+    assert set(meta["blend"]) == {"network_mean", "network_std", "forest_mean", "forest_std"} and "knn" not in meta
     tensors, _ = read_artifact(tiny_model_dir)
     assert {k for k in tensors if k.startswith("forest.")} == {f"forest.{k}" for k in det.forest_.state_dict()}
 

@@ -58,7 +58,7 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
                "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,
                "source": {"topic": topic, "partition": part, "offset": off}, "top_features": top}
         if res.parts is not None:  # the blended score's parts; top_features explain the network's
-            msg["score_parts"] = {"network": float(res.parts["network"][j]), "isolation": float(res.parts["isolation"][j])}
+            msg["score_parts"] = {name: float(v[j]) for name, v in res.parts.items()}
         out.append((aid.encode(), _encode(msg)))
     return out
 

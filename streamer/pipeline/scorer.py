@@ -4,7 +4,8 @@ Scoring runs in fp32, eval mode, no gradients (``KDSM.score_parts``), with
 pinned memory and non-blocking copies on CUDA; a row's score does not depend
 on its batch. ``Scorer`` adds the per-batch pieces the stream needs: severity
 against the live thresholds, p-values, and explanations and the score's parts
-(the network's score, the isolation forest's) only for alert rows.
+(the network's score, the isolation forest's and, with ``score.knn``, the k-NN
+distance) only for alert rows.
 
 >>> import numpy as np
 >>> from offline_train.config import ModelConfig, OptimConfig
@@ -38,7 +39,7 @@ class ScoreResult:
     alert_rows: np.ndarray  # indices of rows at or above the lowest threshold
     p_values: np.ndarray  # for alert rows only
     explanation: Explanation | None  # for alert rows only
-    parts: dict[str, np.ndarray] | None = None  # for alert rows only: the blended score's parts (network, isolation)
+    parts: dict[str, np.ndarray] | None = None  # for alert rows only: the blended score's parts (network, isolation[, knn])
 
 
 class Scorer:
@@ -63,6 +64,8 @@ class Scorer:
         parts = None
         if p.forest is not None:
             parts = {"network": p.network[alert_rows], "isolation": p.forest[alert_rows]}
+            if p.knn is not None:
+                parts["knn"] = p.knn[alert_rows]
         return ScoreResult(scores, severities, alert_rows, pv, expl, parts)
 
 

@@ -1,0 +1,52 @@
+"""How many kept training rows the k-NN part needs as references (issue 11, twenty-sixth pass; diagnosis only).
+
+For each per-row file of ../score_space/scorespace.py (the default's training, both parts for every training and test
+row) it rebuilds the bench's split and scaler and scores the twenty-fifth pass's candidate, ``max3 raw k10/netcore``:
+the larger of three z-scores over the training rows, the network's (log scale), the forest's and the distance to the
+10th nearest of a seeded sample of at most R rows the trained network keeps (reference rows skip themselves), for
+R in 256, 512, 1024 and 2048 (the twenty-fifth pass used 2048). Labels feed only the report.
+
+    python3 docs/results/knn_part/refsize.py SETTING SPLIT OUT.json NPZ_DIR [NPZ_DIR ...]
+    python3 docs/results/knn_part/refsize.py summary OUT.json [OUT.json ...]
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import average_precision_score as ap
+from sklearn.metrics import roc_auc_score as roc
+from sklearn.neighbors import NearestNeighbors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
+
+K = 10
+
+
+def kth_distance(Ztr, Zte, core, max_ref, seed):
+    """10th-nearest distances of training rows (reference rows skip themselves) and test rows to a core sample."""
+    ref = core if len(core) <= max_ref else np.sort(np.random.default_rng(seed).choice(core, max_ref, replace=False))
+    k = min(K, len(ref) - 1)
+    nn = NearestNeighbors(n_neighbors=k + 1).fit(Ztr[ref])
+    d_tr = nn.kneighbors(Ztr, k + 1)[0]
+    in_ref = np.zeros(len(Ztr), bool)
+    in_ref[ref] = True
+    return np.where(in_ref, d_tr[:, k], d_tr[:, k - 1]), nn.kneighbors(Zte, k)[0][:, -1]
+
+
+def run(setting, split, dirs):
+    res = {}
+    for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
+        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
+        zf = standardise(d["forest_train"], d["forest_test"])
+        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+        for r in (256, 512, 1024, 2048):
+            dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], r, seed)
+            v[f"max3 ref {r}"] = np.max([zn, zf, standardise(dtr, dte)], axis=0)
+        res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
+        print(ds, seed, flush=True)
+    return res
+
+
+if __name__ == "__main__":
+    score_cli(run)
