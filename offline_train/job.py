@@ -95,7 +95,12 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
             rounds = "no rounds: the network learns the core only"
         log(f"refined: contamination estimate {r['contamination_estimate']:.1%} (isolation forest); "
             f"warm start on the {r['start_keep']:.0%} core, {rounds}")
-    if det.blend_ is not None:
+    if det.blend_ is not None and det.neighbours_ is not None:
+        n = det.neighbours_.shape
+        log(f"score: the blend of the network's score, an isolation forest's and the distance to the k-th nearest (k {n['k']}) "
+            f"of {n['rows']} kept training rows (score.knn; the artifact carries those rows, standardised; alerts carry "
+            "the three parts, explanations come from the network)")
+    elif det.blend_ is not None:
         log("score: the blend of the network's score and an isolation forest's (score.isolation_forest; "
             "alerts carry both parts, explanations come from the network)")
     summary = {"version": det.version_, "data": {"paths": [str(p) for p in source.files], **det.data_summary_},

@@ -143,3 +143,11 @@ def test_clean_history_profile_is_the_benchmarks_kdsm_method():
     # and it is not the default, whose three contamination guards are on
     default = make_kdsm("default", Settings(), seed=3)
     assert default.refine.enabled and default.ema.enabled and default.score.isolation_forest
+
+
+def test_knn_part_profile_is_the_default_with_a_third_part():
+    s = load_settings(Settings, ROOT / "configs" / "knn-part.yaml")
+    default = Settings()
+    assert s.score.knn and s.score.isolation_forest and (s.score.knn_k, s.score.knn_rows) == (10, 512)
+    assert not default.score.knn  # opt-in: the default carries no training rows
+    assert s.model_copy(update={"score": default.score}) == default  # nothing else differs
