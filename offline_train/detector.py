@@ -43,8 +43,8 @@ from .data import DataError, ParquetSource, bounded_sample
 from .engine import LocalEngine
 from .features import FittedFeatures
 from .isolation import IsolationScorer, fit_forest
-from .neighbours import NeighbourScorer, reference_rows
 from .model import ScoreNet, resolve_device
+from .neighbours import NeighbourScorer, reference_rows
 from .refine import Refinement, lowest
 from .scaler import ColumnMoments, Scaler
 from .sigmas import KurtosisSigmas

@@ -28,9 +28,9 @@ from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
 MAX_REF = 2048
 
 
-def kth_distance(Ztr, Zte, core, k, seed):
+def kth_distance(Ztr, Zte, core, k, seed, max_ref=MAX_REF):
     """k-th nearest distances of training rows (reference rows skip themselves) and test rows to a core sample."""
-    ref = core if len(core) <= MAX_REF else np.sort(np.random.default_rng(seed).choice(core, MAX_REF, replace=False))
+    ref = core if len(core) <= max_ref else np.sort(np.random.default_rng(seed).choice(core, max_ref, replace=False))
     k = min(k, len(ref) - 1)
     nn = NearestNeighbors(n_neighbors=k + 1).fit(Ztr[ref])
     d_tr = nn.kneighbors(Ztr, k + 1)[0]

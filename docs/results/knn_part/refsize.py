@@ -15,23 +15,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
-from sklearn.neighbors import NearestNeighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "knn_core"))
+from knncore import kth_distance  # noqa: E402
 from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
-
-K = 10
-
-
-def kth_distance(Ztr, Zte, core, max_ref, seed):
-    """10th-nearest distances of training rows (reference rows skip themselves) and test rows to a core sample."""
-    ref = core if len(core) <= max_ref else np.sort(np.random.default_rng(seed).choice(core, max_ref, replace=False))
-    k = min(K, len(ref) - 1)
-    nn = NearestNeighbors(n_neighbors=k + 1).fit(Ztr[ref])
-    d_tr = nn.kneighbors(Ztr, k + 1)[0]
-    in_ref = np.zeros(len(Ztr), bool)
-    in_ref[ref] = True
-    return np.where(in_ref, d_tr[:, k], d_tr[:, k - 1]), nn.kneighbors(Zte, k)[0][:, -1]
 
 
 def run(setting, split, dirs):
@@ -41,7 +29,7 @@ def run(setting, split, dirs):
         zf = standardise(d["forest_train"], d["forest_test"])
         v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
         for r in (256, 512, 1024, 2048):
-            dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], r, seed)
+            dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], 10, seed, max_ref=r)
             v[f"max3 ref {r}"] = np.max([zn, zf, standardise(dtr, dte)], axis=0)
         res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
         print(ds, seed, flush=True)
