@@ -200,6 +200,13 @@ def standardise(tr, te, how="mean"):
     q1, q3 = np.percentile(tr, [25, 75])
     return (te - med) / ((q3 - q1) / 1.349 + 1e-12)
 
+def default_parts(d):
+    """A per-row file's two parts as z-scores of the test rows over the training rows (the network's on the log
+    scale), and the rows every diagnosis reports: the default, the network alone, the forest alone."""
+    zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
+    zf = standardise(d["forest_train"], d["forest_test"])
+    return zn, zf, {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+
 def max_z(d, nets, how="mean"):
     """Larger z-score of several network snapshots (log scale) and the forest, moments of the training rows.
 

@@ -22,15 +22,13 @@ from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
+from report import cores, default_parts, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 
 def run(setting, split, dirs):
     res = {}
     for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
-        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
-        zf = standardise(d["forest_train"], d["forest_test"])
-        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+        zn, zf, v = default_parts(d)
         for cname, core in {**cores(d), "all": np.arange(len(Ztr))}.items():
             ecod = ECOD().fit(Ztr[core])
             etr, ete = ecod.decision_function(Ztr), ecod.decision_function(Zte)

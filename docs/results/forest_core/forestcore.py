@@ -25,7 +25,7 @@ from sklearn.metrics import average_precision_score as ap
 from sklearn.metrics import roc_auc_score as roc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
+from report import cores, default_parts, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 
 def run(setting, split, dirs):
@@ -37,9 +37,7 @@ def run(setting, split, dirs):
         assert gap < 1e-6, f"{ds} seed {seed}: the rebuilt forest is not the default's (max gap {gap:g})"
         cores_ = cores(d)
         cores_["netcore&fcore"] = np.intersect1d(cores_["netcore"], cores_["fcore50"])
-        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
-        zf = standardise(d["forest_train"], d["forest_test"])
-        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+        zn, zf, v = default_parts(d)
         for cname, core in cores_.items():
             iso = fit_forest(Ztr[core], seed)
             ftr, fte = -iso.score_samples(Ztr), -iso.score_samples(Zte)

@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score as roc
 from sklearn.neighbors import NearestNeighbors
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
+from report import cores, default_parts, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 MAX_REF = 2048
 
@@ -43,10 +43,8 @@ def run(setting, split, dirs):
     res = {}
     for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
         cores_ = {**cores(d), "all": np.arange(len(Ztr))}
-        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
-        zf = standardise(d["forest_train"], d["forest_test"])
-        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"],
-             "mean(net,forest)": (zn + zf) / 2}
+        zn, zf, v = default_parts(d)
+        v["mean(net,forest)"] = (zn + zf) / 2
         for cname, core in cores_.items():
             for k in (5, 10):
                 dtr, dte = kth_distance(Ztr, Zte, core, k, seed)

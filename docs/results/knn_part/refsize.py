@@ -19,15 +19,13 @@ from sklearn.metrics import roc_auc_score as roc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "knn_core"))
 from knncore import kth_distance  # noqa: E402
-from report import cores, lg, rebuilt_runs, score_cli, standardise  # noqa: E402
+from report import cores, default_parts, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 
 def run(setting, split, dirs):
     res = {}
     for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
-        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
-        zf = standardise(d["forest_train"], d["forest_test"])
-        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+        zn, zf, v = default_parts(d)
         for r in (256, 512, 1024, 2048):
             dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], 10, seed, max_ref=r)
             v[f"max3 ref {r}"] = np.max([zn, zf, standardise(dtr, dte)], axis=0)

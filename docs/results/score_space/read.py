@@ -20,7 +20,7 @@ from sklearn.metrics import roc_auc_score as roc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "knn_core"))
 from knncore import kth_distance  # noqa: E402
-from report import cores, dataset_seed, lg, npz_files, score_cli, standardise  # noqa: E402
+from report import cores, dataset_seed, default_parts, lg, npz_files, score_cli, standardise  # noqa: E402
 
 
 def maha(Ftr, Fte, core):
@@ -40,8 +40,7 @@ def run(setting, split, dirs):
         d = dict(np.load(f))
         Ftr, Fte = d["F_train"].astype(np.float64), d["F_test"].astype(np.float64)
         zf = standardise(d["forest_train"], d["forest_test"])
-        zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
-        v = {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+        zn, _, v = default_parts(d)
         parts = {"linf": (np.abs(Ftr).max(1), np.abs(Fte).max(1))}
         for cname, core in {**cores(d), "all": np.arange(len(Ftr))}.items():
             parts[f"diag/{cname}"] = diag(Ftr, Fte, core)
