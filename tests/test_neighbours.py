@@ -145,3 +145,18 @@ def test_alerts_carry_the_knn_part(contaminated):
     for k, (_, value) in enumerate(build_alerts(rb, dec, res, det, th)):
         got = json.loads(value)["score_parts"]
         assert got == pytest.approx({"network": parts.network[k], "isolation": parts.forest[k], "knn": parts.knn[k]})
+
+
+def test_knn_part_scores_alike_on_the_scoring_device(contaminated, tmp_path):
+    """``auto`` is CUDA where present: there the search runs on the GPU (topk instead of numpy's introselect) and
+    must give the CPU's distances to float tolerance; on a CPU machine both sides run on the CPU."""
+    from offline_train.model import resolve_device
+
+    X, n_in = contaminated
+    path = _knn_model(X).save(tmp_path / "m")
+    dev = resolve_device("auto")
+    cpu, here = KDSM.load(path, device="cpu"), KDSM.load(path, device=str(dev))
+    assert here.neighbours_.reference.device.type == dev.type
+    a, b = cpu.score_parts(X), here.score_parts(X)
+    np.testing.assert_allclose(b.knn, a.knn, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(b.scores, here.blend_(b.network, b.forest, b.knn))

@@ -58,7 +58,7 @@ t() { timeout --kill-after=10 "$1" "${@:2}"; }
 # Correctness on the device before speed: with FULL=1 these run first, so a short device budget still gets them.
 if [ "${FULL:-0}" = 1 ]; then
     step "offline tests on $device (the isolation forest and the blend scored there included)"
-    t 180 python3 -m pytest -q -p no:cacheprovider tests/test_blend.py tests/test_refine.py tests/test_sigmas.py \
+    t 180 python3 -m pytest -q -p no:cacheprovider tests/test_blend.py tests/test_neighbours.py tests/test_refine.py tests/test_sigmas.py \
         tests/test_training.py tests/test_artifact.py tests/test_cli_offline.py >> "$out/full.log" 2>&1
     tail -3 "$out/full.log"
     step "bench train"
