@@ -278,7 +278,7 @@ class KDSM(BaseEstimator):
             self.forest_ = IsolationScorer.from_forest(forest).to(self.device_)
             parts = self.score_parts(train_X)
             knn = None
-            if self.score_config.knn and len(train_X) >= 2:
+            if self.score_config.knn:
                 knn = self._fit_neighbours(train_X, parts.network, refine.keep_ if refine is not None else 1.0)
             self.blend_ = Blend.fit(parts.network, parts.forest, knn)
         phase("calibrating: thresholds from held-out scores")
@@ -294,10 +294,9 @@ class KDSM(BaseEstimator):
         finds most normal (what the refinement keeps). Returns the training rows' distances for the blend's moments."""
         core = lowest(network_scores, keep)
         ref = reference_rows(core, self.score_config.knn_rows, self.train_config.seed)
-        Z = torch.from_numpy(self.standardise(train_X).astype(np.float32)).to(self.device_)
-        self.neighbours_ = NeighbourScorer.from_rows(Z[torch.as_tensor(ref, device=self.device_)].cpu().numpy(),
-                                                     self.score_config.knn_k).to(self.device_)
-        return self.neighbours_.training_distances(Z, ref).cpu().numpy()
+        Z = self.standardise(train_X).astype(np.float32)  # what score_parts feeds the part
+        self.neighbours_ = NeighbourScorer.from_rows(Z[ref], self.score_config.knn_k).to(self.device_)
+        return self.neighbours_.training_distances(torch.from_numpy(Z).to(self.device_), ref).cpu().numpy()
 
     # ----------------------------------------------------------------- scoring
     @property
@@ -344,7 +343,9 @@ class KDSM(BaseEstimator):
         if forest is None:
             return ScoreParts(network, F, network, None)
         s = np.concatenate(isolation) if isolation else np.zeros(0)
-        knn = (np.concatenate(distances) if distances else np.zeros(0)) if neighbours is not None else None
+        knn = None
+        if neighbours is not None:
+            knn = np.concatenate(distances) if distances else np.zeros(0)
         blend = getattr(self, "blend_", None)
         if blend is None:  # during fit, before the blend's moments exist
             return ScoreParts(network, F, network, s, knn)
