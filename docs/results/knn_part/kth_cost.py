@@ -17,6 +17,8 @@ from offline_train.neighbours import NeighbourScorer
 
 if len(sys.argv) != 2:
     raise SystemExit(f"usage: {sys.argv[0]} OUT.txt")
+if not os.path.isdir(os.path.dirname(os.path.abspath(sys.argv[1]))):  # say so before the timing, not after it
+    raise SystemExit(f"{sys.argv[0]}: no folder for {sys.argv[1]}")
 torch.set_num_threads(1)
 rng = np.random.default_rng(0)
 

@@ -22,6 +22,8 @@ from streamer.dev.bench_stream import _scorer_only
 
 if len(sys.argv) != 2:
     raise SystemExit(f"usage: {sys.argv[0]} OUT.json")
+if not os.path.isdir(os.path.dirname(os.path.abspath(sys.argv[1]))):  # say so before the timing, not after it
+    raise SystemExit(f"{sys.argv[0]}: no folder for {sys.argv[1]}")
 torch.set_num_threads(1)
 out = {"load_avg_at_start": os.getloadavg(), "cpu_threads": 1, "batch": 2000}
 for d, width, depth in ((6, 512, 6), (21, 256, 6)):
