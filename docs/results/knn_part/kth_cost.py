@@ -8,12 +8,15 @@ thread, the median of 15 rounds after 3 warm-up rounds. Prints one line per case
 """
 import os
 import sys
-import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from offline_train.neighbours import NeighbourScorer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "part_choice"))
+from knn_cost import timed  # noqa: E402
 
 if len(sys.argv) != 2:
     raise SystemExit(f"usage: {sys.argv[0]} OUT.txt")
@@ -23,15 +26,8 @@ torch.set_num_threads(1)
 rng = np.random.default_rng(0)
 
 
-def per_row_us(search, rounds: int = 15) -> float:
-    for _ in range(3):
-        search()
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        search()
-        times.append(time.perf_counter() - t)
-    return sorted(times)[rounds // 2] / 2000 * 1e6
+def per_row_us(search) -> float:
+    return timed(search, 2000, 15)[0]
 
 
 lines = [f"load average at the start {os.getloadavg()[0]:.2f}; one torch thread; batches of 2000 rows, k 10"]

@@ -19,17 +19,20 @@ def per_row_us(d: int) -> tuple[float, float]:
     gen = torch.Generator().manual_seed(0)
     x, ref = torch.randn(BATCH, d, generator=gen), torch.randn(REFERENCE, d, generator=gen)
 
-    def search():
-        return torch.cdist(x, ref).topk(K, dim=1, largest=False).values[:, -1]
+    return timed(lambda: torch.cdist(x, ref).topk(K, dim=1, largest=False).values[:, -1])
+
+
+def timed(search, rows: int = BATCH, rounds: int = ROUNDS) -> tuple[float, float]:
+    """Median and best microseconds a row of ``search()`` over ``rows`` rows, after 3 warm-up rounds."""
     for _ in range(3):
         search()
     times = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         t = time.perf_counter()
         search()
         times.append(time.perf_counter() - t)
     times.sort()
-    return times[ROUNDS // 2] / BATCH * 1e6, times[0] / BATCH * 1e6
+    return times[rounds // 2] / rows * 1e6, times[0] / rows * 1e6
 
 
 if __name__ == "__main__":
