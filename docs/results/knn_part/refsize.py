@@ -22,17 +22,20 @@ from knncore import kth_distance  # noqa: E402
 from report import cores, default_parts, rebuilt_runs, score_cli, standardise  # noqa: E402
 
 
-def run(setting, split, dirs):
+def three_parts(setting, split, dirs, variants):
+    """{"dataset|seed": {row: (AUC-PR, AUC-ROC)}}: the default's rows, and per (name, reference rows, k) of
+    ``variants`` the larger of three z-scores, the third the k-NN distance to the network's kept rows."""
     res = {}
     for ds, seed, d, y_test, Ztr, Zte in rebuilt_runs(setting, split, dirs):
         zn, zf, v = default_parts(d)
-        for r in (256, 512, 1024, 2048):
-            dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], 10, seed, max_ref=r)
-            v[f"max3 ref {r}"] = np.max([zn, zf, standardise(dtr, dte)], axis=0)
+        for name, rows, k in variants:
+            dtr, dte = kth_distance(Ztr, Zte, cores(d)["netcore"], k, seed, max_ref=rows)
+            v[name] = np.max([zn, zf, standardise(dtr, dte)], axis=0)
         res[f"{ds}|{seed}"] = {nm: (ap(y_test, s), roc(y_test, s)) for nm, s in v.items()}
         print(ds, seed, flush=True)
     return res
 
 
 if __name__ == "__main__":
-    score_cli(run)
+    score_cli(lambda setting, split, dirs: three_parts(
+        setting, split, dirs, [(f"max3 ref {r}", r, 10) for r in (256, 512, 1024, 2048)]))
