@@ -1,4 +1,4 @@
-"""The blend's opt-in third part: the distance to the k-th nearest kept training row (offline_train.neighbours)."""
+"""The default blend's third part: the distance to the k-th nearest kept training row (offline_train.neighbours)."""
 
 import numpy as np
 import pytest
@@ -105,6 +105,22 @@ def test_a_knn_part_without_its_blend_moments_is_refused_in_one_line(contaminate
     with pytest.raises(ArtifactError, match="do not fit together") as e:
         KDSM.load(path, device="cpu")
     assert "\n" not in str(e.value)
+
+
+def test_an_artifact_from_before_the_knn_part_loads_with_two_parts(contaminated, tmp_path):
+    X, n_in = contaminated
+    det = _knn_model(X)
+    tensors, meta = read_artifact(det.save(tmp_path / "m"))
+    old_score = {k: v for k, v in meta["score_config"].items() if not k.startswith("knn")}  # its ScoreConfig had no knn
+    old = {k: v for k, v in meta.items() if k not in ("checksum", "format", "knn")}
+    path = write_artifact(tmp_path / "old", {k: v for k, v in tensors.items() if not k.startswith("knn.")},
+                          {**old, "score_config": old_score,
+                           "blend": {k: v for k, v in meta["blend"].items() if not k.startswith("knn_")}})
+    back = KDSM.load(path, device="cpu")
+    assert not back.score_config.knn and back.neighbours_ is None
+    p = back.score_parts(X[n_in - 5:n_in + 5])
+    assert p.knn is None
+    np.testing.assert_allclose(p.scores, back.blend_(p.network, p.forest))
 
 
 def test_blend_moments_and_distances_go_together():

@@ -95,7 +95,7 @@ def make_kdsm(name: str, settings, seed: int) -> KDSM:
     return det.set_params(sigma=settings.sigma.model_copy(update={"mode": mode}),
                           ema=settings.ema.model_copy(update={"enabled": ema}),
                           refine=settings.refine.model_copy(update={"enabled": False}),
-                          score=settings.score.model_copy(update={"isolation_forest": False}))
+                          score=settings.score.model_copy(update={"isolation_forest": False, "knn": False}))
 
 
 def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler, settings, seed: int) -> FitResult:
