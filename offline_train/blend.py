@@ -25,8 +25,9 @@ column that was constant in training, so an unseen category, whose bucket
 column was always 0, is invisible to it; averaged, none of 15 such events
 alerted in ``tests/test_stream_mixed.py``). The score is in the network's
 units: positive, equal to ``||f(x)||`` wherever the network's part is the
-larger, and still rising without bound for rows far outside the data (the
-forest's part is bounded, the network's is not). Explanations come from the
+larger, and still rising for rows far outside the data (the forest's part is
+bounded, the network's is not; the k-NN part's exponent grows logarithmically
+past e^100, so the score stays finite). Explanations come from the
 network's part (``KDSM.explain``); alerts also carry both parts.
 
 >>> import numpy as np
@@ -41,6 +42,9 @@ True
 >>> s3 = b3(np.array([1.0, 1.0]), np.array([0.45, 0.45]), np.array([1.5, 9.0]))
 >>> bool(s3[1] > s3[0]), Blend.from_dict(b3.to_dict()) == b3
 (True, True)
+>>> far = b3(np.ones(3), np.full(3, 0.45), np.array([1e3, 1e6, 1e300]))  # rows far outside the data
+>>> bool(np.isfinite(far).all() and far[0] < far[1] < far[2])
+True
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 _TINY = 1e-12  # keeps log(0) and a constant part finite
+# The k-NN part's z-score grows linearly with a row's distance, so exp(mu + sd * z) overflows float64 for rows far
+# outside the training data (one feature 1e5 standard deviations out). Past this exponent the score's exponent grows
+# logarithmically: the order of rows is kept and the score stays finite. An fp32 network's ||f(x)|| stays far below
+# e^100, so wherever the network's part is the largest the score still equals ||f(x)||.
+_LOG_LINEAR = 100.0
+_LOG_MAX = 700.0  # a guard: exp stays finite in float64 whatever the parts
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,9 @@ class Blend:
     def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray,
                  knn_distances: np.ndarray | None = None) -> np.ndarray:
         z = self.z_scores(network_scores, forest_scores, knn_distances)
-        return np.exp(self.network_mean + self.network_std * np.max(z, axis=0))
+        e = self.network_mean + self.network_std * np.max(z, axis=0)
+        e = np.where(e > _LOG_LINEAR, _LOG_LINEAR + np.log1p(np.maximum(e - _LOG_LINEAR, 0.0)), e)
+        return np.exp(np.minimum(e, _LOG_MAX))
 
     def to_dict(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if v is not None}

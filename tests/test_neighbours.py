@@ -1,4 +1,4 @@
-"""The default blend's third part: the distance to the k-th nearest kept training row (offline_train.neighbours)."""
+"""The blend's opt-in third part: the distance to the k-th nearest kept training row (offline_train.neighbours)."""
 
 import numpy as np
 import pytest
@@ -121,6 +121,21 @@ def test_an_artifact_from_before_the_knn_part_loads_with_two_parts(contaminated,
     p = back.score_parts(X[n_in - 5:n_in + 5])
     assert p.knn is None
     np.testing.assert_allclose(p.scores, back.blend_(p.network, p.forest))
+
+
+def test_rows_far_outside_the_data_score_finite_and_in_order(contaminated):
+    """The part's z-score grows linearly with the distance: exp of it would overflow for far rows (twenty-seventh pass)."""
+    import warnings
+
+    X, _ = contaminated
+    det = _knn_model(X)
+    far = np.zeros((4, X.shape[1]))
+    far[:, 0] = det.scaler_.mean_[0] + np.array([1e2, 1e4, 1e5, 1e300]) * det.scaler_.std_[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        p = det.score_parts(far)
+    assert np.isfinite(p.scores).all() and (np.diff(p.scores) >= 0).all() and p.scores[2] > p.scores[0]
+    assert (p.scores >= max(det.thresholds_.values())).all()
 
 
 def test_blend_moments_and_distances_go_together():

@@ -88,11 +88,10 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     assert set(expect) <= set(alerts)
     for pid in expect:
         a = alerts[pid]
-        assert set(a) == ALERT_FIELDS | {"score_parts"}  # the default model blends the forest and the k-NN part in
+        assert set(a) == ALERT_FIELDS | {"score_parts"}  # the default model blends the isolation forest in
         assert a["severity"] in ("warning", "critical") and a["score"] >= a["threshold"]
         parts = det.score_parts(planted[[planted_ids.index(pid)]])
-        assert a["score_parts"] == pytest.approx(
-            {"network": parts.network[0], "isolation": parts.forest[0], "knn": parts.knn[0]}, rel=1e-5)
+        assert a["score_parts"] == pytest.approx({"network": parts.network[0], "isolation": parts.forest[0]}, rel=1e-5)
         assert a["model_version"] == det.version_ and a["schema_hash"] == det.schema_hash_
         assert a["alert_id"] == alert_id(a["source"]["topic"], a["source"]["partition"], a["source"]["offset"], det.version_)
         assert 0 < a["p_value"] <= 1 and isinstance(a["event_time"], int)
