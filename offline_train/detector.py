@@ -162,7 +162,7 @@ class KDSM(BaseEstimator):
             raise ValueError("X contains NaN or infinite values")
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
         train_X, cal_X = self._holdout_split(X)
-        scaler = scaler or Scaler.fit(train_X, self.scale_discrete)
+        scaler = scaler or Scaler.fit(train_X, self.scale_discrete, self._category_columns())
         sig = KurtosisSigmas.from_config(self.sigma_config).fit(train_X, scaler)
         self._fit_network(train_X, cal_X, scaler, sig, names, progress)
         self._set_training_scores(X)
@@ -199,7 +199,7 @@ class KDSM(BaseEstimator):
             raise DataError(f"too few usable rows to train in {source.path}: {moments.n} of {source.rows_read} read "
                             f"({source.rows_skipped} with missing or non-finite features, {held_out} held out for "
                             f"calibration); at least 2 are needed")
-        scaler = Scaler.from_moments(moments, self.scale_discrete)
+        scaler = Scaler.from_moments(moments, self.scale_discrete, self._category_columns())
         phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram){where}")
         sig = KurtosisSigmas.from_config(self.sigma_config).fit_with(reduce, scaler)
 
@@ -212,6 +212,11 @@ class KDSM(BaseEstimator):
         self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress, phase)
         self._set_training_scores(train_X)  # the in-memory training sample, not every row of the source
         return self
+
+    def _category_columns(self) -> np.ndarray | None:
+        """The feature spec's category columns, for the scaler (an unseen category stands far off), or None."""
+        features = getattr(self, "features_", None)
+        return features.category_columns if features is not None else None
 
     def _set_training_scores(self, X: np.ndarray) -> None:
         """PyOD's ``decision_scores_`` and ``labels_`` (1 = at or above the warning threshold)."""
@@ -404,7 +409,12 @@ class KDSM(BaseEstimator):
         items = None
         spec = getattr(self, "features_", None)
         if spec is not None:
-            items = spec.explain(X, share, expected, F, top_k or self.calibration_config.top_features, records)
+            # A category column that never left its training value (``name=<unseen>``) is never the expected
+            # category: an unseen category stands sqrt(n) units off (``Scaler``), where one denoising step does not
+            # reach back, so its own column would keep the largest expected value.
+            never_left = spec.category_columns & self.scaler_.constant_
+            items = spec.explain(X, share, expected, F, top_k or self.calibration_config.top_features, records,
+                                 never_set=never_left)
         return Explanation(scores=np.sqrt(total[:, 0]), features=top, contribution=share[rows, top],
                            direction=np.sign(F[rows, top]), value=X[rows, top], expected=expected[rows, top],
                            items=items)

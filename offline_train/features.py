@@ -508,6 +508,14 @@ class FittedFeatures:
     def specs(self) -> list[FeatureSpec]:
         return [f.spec for f in self.features]
 
+    @property
+    def category_columns(self) -> np.ndarray:
+        """A mask of the encoded columns: True for one-hot, hash-bucket and boolean columns (the scaler's ``categories``)."""
+        mask = np.zeros(len(self.columns), bool)
+        for f, (a, b, _) in zip(self.features, self.slices, strict=True):
+            mask[a:b] = f.kind in ("onehot", "hash", "boolean")
+        return mask
+
     def spec_hash(self) -> str:
         """The model's schema hash: the input contract (name, path, type per feature) and the encoded columns."""
         return spec_hash(self.to_dict())
@@ -586,20 +594,23 @@ class FittedFeatures:
 
     # ------------------------------------------------------------------ explanations
     def explain(self, X: np.ndarray, share: np.ndarray, expected: np.ndarray, direction: np.ndarray,
-                top_k: int, records: list[dict] | None = None) -> list[list[dict]]:
+                top_k: int, records: list[dict] | None = None, never_set: np.ndarray | None = None) -> list[list[dict]]:
         """Per row, the ``top_k`` features in the user's terms, most contributing first.
 
         A feature's contribution is the sum of its value columns' shares; its missing
         indicator is an item of its own (``device_id missing``). ``expected`` holds the
         Tweedie expected values of every encoded column in encoded units; a categorical
-        feature's expected category is the column with the largest of them.
+        feature's expected category is the column with the largest of them, among the
+        columns set in training (``never_set`` marks the others, such as a
+        ``name=<unseen>`` that no training row set: never an expected category).
         """
+        settable = np.ones(len(self.columns), bool) if never_set is None else ~np.asarray(never_set, bool)
         out = []
         for r in range(len(X)):
             items = []
             rec = records[r] if records is not None else None
             for f, (a, b, ind), get in zip(self.features, self.slices, self._getters, strict=True):
-                items.append(self._item(f, X[r], share[r], expected[r], direction[r], a, b, rec, get))
+                items.append(self._item(f, X[r], share[r], expected[r], direction[r], a, b, rec, get, settable))
                 if ind is not None:
                     name = f.spec.name
                     was = bool(X[r, ind] > 0.5)
@@ -610,7 +621,7 @@ class FittedFeatures:
             out.append(items[:top_k])
         return out
 
-    def _item(self, f: Fitted, x, share, expected, direction, a, b, rec, get) -> dict:
+    def _item(self, f: Fitted, x, share, expected, direction, a, b, rec, get, settable) -> dict:
         name = f.spec.name
         contrib = float(share[a:b].sum())
         raw = get(rec) if rec is not None else ABSENT
@@ -623,7 +634,7 @@ class FittedFeatures:
                     "direction": int(np.sign(direction[a])), "text": text}
         if f.kind == "boolean":
             value = bool(raw) if rec is not None and not missing else bool(x[a] > 0.5)
-            exp = bool(expected[a] > 0.5)
+            exp = bool(expected[a] > 0.5) if settable[a] else bool(f.fill)  # never set otherwise: its training mode
             return {"name": name, "value": value, "expected": exp, "contribution": contrib, "direction": 0,
                     "text": f"{name} = {str(value).lower()} (expected {str(exp).lower()})"}
         if f.kind == "frequency":
@@ -634,7 +645,7 @@ class FittedFeatures:
                 f"(a category in {seen:.2%} of training rows, expected about {max(exp, 0.0):.2%})"
             return {"name": name, "value": value, "expected": exp, "contribution": contrib,
                     "direction": int(np.sign(direction[a])), "text": text}
-        j = int(np.argmax(expected[a:b]))
+        j = int(np.argmax(np.where(settable[a:b], expected[a:b], -np.inf)))
         if f.kind == "onehot":
             exp = f.categories[j] if j < len(f.categories) else UNSEEN
             hot = np.flatnonzero(x[a:b] > 0.5)

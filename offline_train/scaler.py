@@ -148,6 +148,20 @@ class Scaler:
 
     ``discrete_`` marks {0,1}/{-1,0,1} columns; with ``scale_discrete=False``
     (the reference code's choice) they pass through unscaled.
+
+    ``categories`` (``from_moments``, ``fit``) marks category columns (a feature
+    spec's one-hot, hash-bucket and boolean columns). One that never left its training
+    value in n rows (``name=<unseen>``, an empty bucket) is centred on that value
+    and scaled by 1/sqrt(n), the standard deviation of a column set once in n
+    rows: a category never seen in training then stands sqrt(n) units off, where
+    unscaled it stood 1 unit off, nearer than a rare category the data holds
+    (``tests/test_features.py``, docs/contaminated.md "Twenty-eighth pass").
+    Training rows are unchanged (0 in that column either way).
+
+    >>> X = np.array([[0., 1.], [0., 0.], [0., 1.], [0., 0.]])
+    >>> s = Scaler.fit(X, categories=np.array([True, True]))
+    >>> s.transform(np.array([[1., 1.]])).tolist()  # column 0 never set in 4 rows: 1 / (1 / sqrt(4))
+    [[2.0, 1.0]]
     """
 
     mean_: np.ndarray
@@ -156,7 +170,8 @@ class Scaler:
     constant_: np.ndarray
 
     @classmethod
-    def from_moments(cls, m: ColumnMoments, scale_discrete: bool = False) -> Scaler:
+    def from_moments(cls, m: ColumnMoments, scale_discrete: bool = False,
+                     categories: np.ndarray | None = None) -> Scaler:
         if m.n == 0:
             raise ValueError("cannot fit a scaler on zero rows")
         std = m.std
@@ -166,18 +181,23 @@ class Scaler:
         if not scale_discrete:
             mean = np.where(m.ternary, 0.0, mean)
             std = np.where(m.ternary, 1.0, std)
+        if categories is not None:
+            never_left = np.asarray(categories, bool) & constant
+            mean = np.where(never_left, m.min, mean)
+            std = np.where(never_left, 1.0 / math.sqrt(m.n), std)
         return cls(mean, std, m.ternary.copy(), constant)
 
     @classmethod
-    def fit(cls, X: np.ndarray, scale_discrete: bool = False) -> Scaler:
-        return cls.fit_batches([X], X.shape[1], scale_discrete)
+    def fit(cls, X: np.ndarray, scale_discrete: bool = False, categories: np.ndarray | None = None) -> Scaler:
+        return cls.fit_batches([X], X.shape[1], scale_discrete, categories)
 
     @classmethod
-    def fit_batches(cls, batches: Iterable[np.ndarray], d: int, scale_discrete: bool = False) -> Scaler:
+    def fit_batches(cls, batches: Iterable[np.ndarray], d: int, scale_discrete: bool = False,
+                    categories: np.ndarray | None = None) -> Scaler:
         m = ColumnMoments.empty(d)
         for X in batches:
             m.update(np.asarray(X, dtype=np.float64))
-        return cls.from_moments(m, scale_discrete)
+        return cls.from_moments(m, scale_discrete, categories)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         return (np.asarray(X, dtype=np.float64) - self.mean_) / self.std_

@@ -172,6 +172,18 @@ def test_explanations_in_the_users_terms():
     assert items[0]["contribution"] == pytest.approx(0.5) and items[0]["value"] == "crypto"
     # Without the raw record the category reads from its one-hot column.
     assert ff.explain(X, share, expected, np.ones_like(X), top_k=1)[0][0]["value"] == "<unseen>"
+    # A column no training row set (the model's ``never_set``) is never the expected category, even where an unseen
+    # category's own column keeps the largest expected value (it stands sqrt(n) units off, see test below).
+    expected[0, cols.index("merchant_category=<unseen>")] = 30.0
+    never_set = np.array([c == "merchant_category=<unseen>" for c in cols])
+    assert ff.explain(X, share, expected, np.ones_like(X), top_k=1)[0][0]["expected"] == "<unseen>"
+    assert ff.explain(X, share, expected, np.ones_like(X), top_k=1, never_set=never_set)[0][0]["expected"] == "grocery"
+    # A boolean that never left its training value is expected at it (its training mode).
+    always = pa.table({"card_present": [True] * 50})
+    fb = _encoder([FeatureSpec(name="card_present", type="boolean")], always)
+    Xb = fb.encode_records([{"card_present": False}]).X
+    got = fb.explain(Xb, np.ones((1, 1)), np.zeros((1, 1)), np.ones((1, 1)), top_k=1, never_set=np.array([True]))
+    assert got[0][0]["text"] == "card_present = false (expected true)"
 
 
 def test_artifact_keeps_the_spec_and_its_hash(mixed_parquet, tmp_path):
@@ -321,3 +333,36 @@ def test_absent_column_follows_its_missing_policy_offline(mixed_parquet, tmp_pat
     pq.write_table(t2, tmp_path / "flat_geo.parquet")
     with pytest.raises(DataError, match="column 'geo' is string, not a struct holding 'geo.country'"):
         score_job(tmp_path / "m", tmp_path / "flat_geo.parquet", tmp_path / "y.parquet", log=lambda m: None)
+
+
+@pytest.mark.parametrize("knn", [False, True])
+def test_an_unseen_category_stands_far_off_alerts_and_explains_in_seen_terms(tmp_path, knn):
+    """README "Unseen categories": a category column never set in n training rows is scaled as a one-in-n event
+    (1/sqrt(n)), so an unseen category scores above the critical threshold with or without the k-NN part (unscaled
+    it stood at the warning threshold, and below it with the part on), and its expected value is a seen category."""
+    from offline_train.job import train_job
+    from streamer.config import Settings
+
+    pq.write_table(mixed_table(1500, seed=3), tmp_path / "train.parquet")
+    s = Settings()
+    s.model.width, s.model.depth, s.train.steps, s.score.knn = 64, 2, 400, knn
+    s.features = [FeatureSpec(name="amount", type="numeric", log1p=True),
+                  FeatureSpec(name="merchant_category", type="categorical"),
+                  FeatureSpec(name="country", path="geo.country", type="categorical"),
+                  FeatureSpec(name="distance_km", path="geo.distance_km", type="numeric", missing="impute")]
+    train_job(s, tmp_path / "train.parquet", tmp_path / "m", progress=False, log=lambda m: None)
+    det = KDSM.load(tmp_path / "m", device="cpu")
+    unseen = det.feature_names_.index("merchant_category=<unseen>")
+    n = det.data_summary_["train_rows"]
+    assert det.scaler_.std_[unseen] == pytest.approx(1 / np.sqrt(n)) and det.scaler_.mean_[unseen] == 0.0
+    assert det.scaler_.std_[det.feature_names_.index("merchant_category=fuel")] == 1.0  # seen categories: unscaled
+
+    rows = mixed_table(300, seed=9).to_pylist()
+    planted = [dict(r, merchant_category="crypto") for r in rows[:15]]
+    X = det.features_.encode_records(planted).X
+    assert (det.decision_function(X) >= det.thresholds_["critical"]).all()
+    normal = det.decision_function(det.features_.encode_records(rows).X)
+    assert np.mean(normal >= det.thresholds_["warning"]) < 0.05
+    for items in det.explain(X, records=planted).items:
+        cat = next(it for it in items if it["name"] == "merchant_category")
+        assert cat["value"] == "crypto" and cat["expected"] in ("grocery", "fuel", "travel")
