@@ -227,6 +227,48 @@ def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
     assert not _group(p.pid, "spawn_main"), "workers left running"
 
 
+def _sigint_state(pid: int) -> str:
+    """How process ``pid`` takes SIGINT: "blocked", "ignored", "caught" or "default" (from /proc/PID/status)."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    for state, key in (("blocked", "SigBlk"), ("ignored", "SigIgn"), ("caught", "SigCgt")):
+        if int(fields[key].strip(), 16) >> (signal.SIGINT - 1) & 1:
+            return state
+    return "default"
+
+
+def test_ctrl_c_while_the_workers_still_import_is_one_line_too(tmp_path):
+    """From the moment they exist, the workers never take Ctrl-C themselves (it is blocked while they import, ignored
+    once their initializer has run), so Ctrl-C at that moment ends the bench in one line. Before, a worker caught it
+    while importing and printed a KeyboardInterrupt traceback (in about half of the runs)."""
+    env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}
+    cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
+           "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
+    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    states = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _group(p.pid, "spawn_main")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watch_until = time.monotonic() + 3  # the workers' imports (several seconds here) and their initializer
+        while time.monotonic() < watch_until:
+            for pid in workers:
+                try:
+                    states.add(_sigint_state(pid))
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.02)
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert states and states <= {"blocked", "ignored"}, states
+    assert p.returncode == 130 and err == "kdsm bench: interrupted\n", err
+    time.sleep(0.5)
+    assert not _group(p.pid, "spawn_main"), "workers left running"
+
+
 def test_run_json_counts_the_workers_cpu(tmp_path, monkeypatch, capsys):
     """With ``--jobs 2`` the runs' CPU is spent in the workers: run.json's cpu_seconds must include it."""
     for k, v in {**TINY, "KDSM_TRAIN__STEPS": "1500"}.items():

@@ -237,6 +237,7 @@ def _pool(units: list[Unit], settings, base: dict, jobs: int):
     worker that dies (out of memory, a signal) fails its run and the rest, which a re-run retries.
     """
     import multiprocessing
+    import signal
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -244,8 +245,16 @@ def _pool(units: list[Unit], settings, base: dict, jobs: int):
     units = sorted(units, key=lambda u: (u.method in BASELINES, -u.path.stat().st_size))
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
                              initargs=(threads,)) as pool:
-        futures = {pool.submit(run_unit, u, settings, base): u for u in units}
         try:
+            # The workers are spawned in submit. With Ctrl-C blocked here they start with it blocked (the signal mask
+            # survives exec), so a Ctrl-C while they still import cannot raise in them (``_worker_init``, which ignores
+            # it, runs only after the imports); here it waits and is raised on unblocking, into the handler below.
+            # multiprocessing's resource tracker is started the same way.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                futures = {pool.submit(run_unit, u, settings, base): u for u in units}
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             for fut in as_completed(futures):
                 u = futures[fut]
                 try:
