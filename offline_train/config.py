@@ -142,13 +142,24 @@ class RefineConfig(Section):
         return v
 
 
+_FALSE = ("false", "0", "no", "off", "f", "n")  # what pydantic reads as false, in a raw setting
+
+
 class ScoreConfig(Section):
     """What a row's anomaly score is (``offline_train.blend``)."""
 
     isolation_forest: bool = Field(True, description="blend the network's score with an isolation forest's, fitted on the same training rows (the larger of the two z-scores, on the network's scale; explanations from the network); false = the network's score alone (the published method)")
-    knn: bool = Field(False, description="a third part of the blend: the distance to the k-th nearest of a sample of the training rows the network keeps (offline_train.neighbours); the artifact then carries those rows, standardised")
+    knn: bool = Field(True, description="a third part of the blend: the distance to the k-th nearest of a sample of the training rows the network keeps (offline_train.neighbours); the artifact then carries those rows, standardised; false = two parts, no training rows in the artifact; off by itself where isolation_forest is off")
     knn_k: int = Field(10, ge=1, description="k of the k-NN part: the distance to the k-th nearest reference row")
     knn_rows: int = Field(512, ge=2, le=65536, description="at most this many kept training rows (a seeded sample) are the k-NN part's reference; its scoring cost grows with them")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _knn_follows_forest(cls, data):
+        # The k-NN part is a part of the blend: switching the blend off switches it off unless it is asked for.
+        if isinstance(data, dict) and "knn" not in data and str(data.get("isolation_forest", True)).lower() in _FALSE:
+            return {**data, "knn": False}
+        return data
 
     @model_validator(mode="after")
     def _knn_needs_forest(self):

@@ -467,7 +467,7 @@ class KDSM(BaseEstimator):
             det = cls(sigma=SigmaConfig(**meta["sigma_config"]), model=ModelConfig(**mc),
                       ema=EMAConfig(**meta["ema_config"]),
                       refine=RefineConfig(**meta.get("refine_config", {"enabled": False})),
-                      score=ScoreConfig(**meta.get("score_config", {"isolation_forest": False})), train=OptimConfig(**{**meta["train_config"], "device": device}),
+                      score=ScoreConfig(**{"isolation_forest": False, "knn": False, **meta.get("score_config", {})}), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
             det.feature_names_ = list(meta["features"])
             det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None

@@ -39,7 +39,7 @@ def test_exported_forest_round_trips_through_its_tensors():
 
 def test_parts_score_alike_on_the_scoring_device(tiny_model_dir):
     """``auto`` is CUDA where present: on a GPU machine (``FULL=1 bash deploy/gpu/check.sh``) the forest walked on the
-    GPU gives the CPU's scores to rounding, the network's part agrees to float tolerance, and the blend is formed
+    GPU gives the CPU's scores to rounding, the network's and the k-NN part agree to float tolerance, and the blend is formed
     from them the same way; on a CPU machine both sides run on the CPU."""
     dev = resolve_device("auto")
     cpu, here = KDSM.load(tiny_model_dir, device="cpu"), KDSM.load(tiny_model_dir, device=str(dev))
@@ -49,7 +49,8 @@ def test_parts_score_alike_on_the_scoring_device(tiny_model_dir):
     a, b = cpu.score_parts(rows), here.score_parts(rows)
     np.testing.assert_allclose(b.forest, a.forest, rtol=0, atol=1e-12)
     np.testing.assert_allclose(b.network, a.network, rtol=1e-4)
-    np.testing.assert_allclose(b.scores, here.blend_(b.network, b.forest))
+    np.testing.assert_allclose(b.knn, a.knn, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(b.scores, here.blend_(b.network, b.forest, b.knn))
     assert b.scores[300:].min() > np.quantile(b.scores[:300], 0.9)
 
 
@@ -66,15 +67,18 @@ def test_default_score_is_the_blend_of_its_parts(tiny_model_dir):
     p = det.score_parts(rows)
     np.testing.assert_allclose(p.network, np.linalg.norm(p.outputs.astype(np.float64), axis=1))
     assert p.forest is not None and ((p.forest > 0) & (p.forest <= 1)).all()
-    np.testing.assert_allclose(p.scores, det.blend_(p.network, p.forest))
-    # Both parts, and so the blend, rank the planted far rows above the inliers.
-    for s in (p.network, p.forest, p.scores):
+    assert p.knn is not None and (p.knn >= 0).all()
+    np.testing.assert_allclose(p.scores, det.blend_(p.network, p.forest, p.knn))
+    # Every part, and so the blend, ranks the planted far rows above the inliers.
+    for s in (p.network, p.forest, p.knn, p.scores):
         assert s[300:].min() > np.quantile(s[:300], 0.9)
     meta = json.loads((tiny_model_dir / METADATA).read_text())
-    assert meta["score_config"] == ScoreConfig().model_dump() and not meta["score_config"]["knn"]  # two parts by default
-    assert set(meta["blend"]) == {"network_mean", "network_std", "forest_mean", "forest_std"} and "knn" not in meta
+    assert meta["score_config"] == ScoreConfig().model_dump() and meta["score_config"]["knn"]  # three parts by default
+    assert set(meta["blend"]) == {"network_mean", "network_std", "forest_mean", "forest_std", "knn_mean", "knn_std"}
+    assert meta["knn"] == {"rows": 512, "d": 6, "k": 10}  # knn_rows standardised training rows ride along
     tensors, _ = read_artifact(tiny_model_dir)
     assert {k for k in tensors if k.startswith("forest.")} == {f"forest.{k}" for k in det.forest_.state_dict()}
+    assert {k for k in tensors if k.startswith("knn.")} == {f"knn.{k}" for k in det.neighbours_.state_dict()}
 
 
 def test_blend_follows_each_part_and_stays_positive_and_finite():
@@ -115,8 +119,8 @@ def test_blend_without_refinement_fits_its_own_forest():
 def test_artifact_from_before_the_blend_loads_and_scores_with_the_network(tiny_model_dir, tmp_path):
     """An artifact written before the blend existed (no score_config, no forest) still loads, as the network alone."""
     tensors, meta = read_artifact(tiny_model_dir)
-    old = {k: v for k, v in tensors.items() if not k.startswith("forest.")}
-    meta = {k: v for k, v in meta.items() if k not in ("score_config", "forest", "blend", "checksum", "format")}
+    old = {k: v for k, v in tensors.items() if not k.startswith(("forest.", "knn."))}
+    meta = {k: v for k, v in meta.items() if k not in ("score_config", "forest", "knn", "blend", "checksum", "format")}
     path = write_artifact(tmp_path / "old", old, meta)
     det, new = KDSM.load(path, device="cpu"), KDSM.load(tiny_model_dir, device="cpu")
     rows = make_blobs(n=50, seed=1)[0]

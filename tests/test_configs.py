@@ -145,9 +145,18 @@ def test_clean_history_profile_is_the_benchmarks_kdsm_method():
     assert default.refine.enabled and default.ema.enabled and default.score.isolation_forest
 
 
-def test_knn_part_profile_is_the_default_with_a_third_part():
-    s = load_settings(Settings, ROOT / "configs" / "knn-part.yaml")
+def test_no_training_rows_profile_is_the_default_with_two_parts():
+    s = load_settings(Settings, ROOT / "configs" / "no-training-rows.yaml")
     default = Settings()
-    assert s.score.knn and s.score.isolation_forest and (s.score.knn_k, s.score.knn_rows) == (10, 512)
-    assert not default.score.knn  # opt-in: the default carries no training rows
+    assert default.score.knn and default.score.isolation_forest  # three parts by default
+    assert not s.score.knn and s.score.isolation_forest  # the network and the forest: no training rows in the artifact
     assert s.model_copy(update={"score": default.score}) == default  # nothing else differs
+
+
+def test_the_knn_part_follows_the_forest_unless_asked_for():
+    from offline_train.config import ScoreConfig
+
+    for off in (False, "false", "off"):  # YAML and environment spellings
+        assert not ScoreConfig(isolation_forest=off).knn  # the published score: the network alone
+    for name in ("paper.yaml", "clean-history.yaml"):  # network-only profiles carry no k-NN part
+        assert not load_settings(Settings, ROOT / "configs" / name).score.knn

@@ -88,10 +88,11 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     assert set(expect) <= set(alerts)
     for pid in expect:
         a = alerts[pid]
-        assert set(a) == ALERT_FIELDS | {"score_parts"}  # the default model blends the isolation forest in
+        assert set(a) == ALERT_FIELDS | {"score_parts"}  # the default model blends the forest and the k-NN part in
         assert a["severity"] in ("warning", "critical") and a["score"] >= a["threshold"]
         parts = det.score_parts(planted[[planted_ids.index(pid)]])
-        assert a["score_parts"] == pytest.approx({"network": parts.network[0], "isolation": parts.forest[0]}, rel=1e-5)
+        assert a["score_parts"] == pytest.approx(
+            {"network": parts.network[0], "isolation": parts.forest[0], "knn": parts.knn[0]}, rel=1e-5)
         assert a["model_version"] == det.version_ and a["schema_hash"] == det.schema_hash_
         assert a["alert_id"] == alert_id(a["source"]["topic"], a["source"]["partition"], a["source"]["offset"], det.version_)
         assert 0 < a["p_value"] <= 1 and isinstance(a["event_time"], int)
@@ -108,12 +109,15 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
 
 
 def test_backpressure_pauses_partitions_and_commits_everything(kafka_bootstrap, redis_url, unique, tiny_model_dir):
-    """With max_in_flight=1 and slow acks (linger 200 ms), every batch waits paused for its acks."""
+    """With max_in_flight=1 and slow acks (linger 200 ms), every batch waits paused for its acks (each batch holds
+    far outliers, so each has alerts to acknowledge, whatever the model's thresholds)."""
     det = KDSM.load(tiny_model_dir, device="cpu")
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50, max_in_flight=1)
     s.kafka.linger_ms = 200
     create_topics(s)
-    X = make_blobs(n=1500, seed=0)[0][1200:]
+    inliers, outliers = make_blobs(n=1500, seed=0)
+    X = inliers[1200:].copy()
+    X[::10] = outliers[: len(X[::10])]  # one event in ten is far out: every batch of up to 50 alerts
     values = [event(f"e{i}", x, det.feature_names_) for i, x in enumerate(X)] + [b"oops"]
     sink = Collect()
     st = StreamerThread(s, sinks=[sink]).start()

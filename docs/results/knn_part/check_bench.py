@@ -1,6 +1,6 @@
 """Do the library's k-NN part (real bench rows) and refsize.py's reconstruction (per-row files) agree?
 
-For each row of a ``kdsm bench adbench --config configs/knn-part.yaml`` results.csv, prints its AUC-PR / AUC-ROC
+For each row of a ``kdsm bench adbench --methods default`` results.csv (three parts), prints its AUC-PR / AUC-ROC
 beside refsize.py's ``max3 ref 512`` for the same dataset and seed, and the largest difference.
 
     python3 docs/results/knn_part/check_bench.py BENCH.csv REFSIZE.json
