@@ -510,10 +510,11 @@ class FittedFeatures:
 
     @property
     def category_columns(self) -> np.ndarray:
-        """A mask of the encoded columns: True for one-hot, hash-bucket and boolean columns (the scaler's ``categories``)."""
+        """A mask of the encoded columns: True for one-hot and boolean columns (the scaler's ``categories``). Not hash
+        buckets: a hashed feature has many categories, and a new one (in a bucket no training category hit) is routine."""
         mask = np.zeros(len(self.columns), bool)
         for f, (a, b, _) in zip(self.features, self.slices, strict=True):
-            mask[a:b] = f.kind in ("onehot", "hash", "boolean")
+            mask[a:b] = f.kind in ("onehot", "boolean")
         return mask
 
     def spec_hash(self) -> str:

@@ -150,8 +150,8 @@ class Scaler:
     (the reference code's choice) they pass through unscaled.
 
     ``categories`` (``from_moments``, ``fit``) marks category columns (a feature
-    spec's one-hot, hash-bucket and boolean columns). One that never left its training
-    value in n rows (``name=<unseen>``, an empty bucket) is centred on that value
+    spec's one-hot and boolean columns). One that never left its training value in
+    n rows (``name=<unseen>``, a boolean always false) is centred on that value
     and scaled by 1/sqrt(n), the standard deviation of a column set once in n
     rows: a category never seen in training then stands sqrt(n) units off, where
     unscaled it stood 1 unit off, nearer than a rare category the data holds

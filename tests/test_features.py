@@ -135,6 +135,7 @@ def test_high_cardinality_frequency_and_hash_encodings():
     hashed = _encoder([FeatureSpec(name="merchant", type="categorical", encoding="hash", hash_buckets=8)], t)
     X = hashed.encode_records([{"merchant": "m1"}, {"merchant": "m1"}, {"merchant": "new"}]).X
     assert X.shape == (3, 8) and (X.sum(axis=1) == 1).all() and (X[0] == X[1]).all()
+    assert not hashed.category_columns.any()  # a new category is routine in a hashed feature: never scaled far off
     # The state survives JSON (what the artifact stores) unchanged.
     again = FittedFeatures.from_dict(json.loads(json.dumps(hashed.to_dict())))
     np.testing.assert_array_equal(again.encode_records([{"merchant": "new"}]).X, X[2:])
