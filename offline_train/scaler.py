@@ -156,7 +156,7 @@ class Scaler:
     rows: a category never seen in training then stands sqrt(n) units off, where
     unscaled it stood 1 unit off, nearer than a rare category the data holds
     (``tests/test_features.py``, docs/contaminated.md "Twenty-eighth pass").
-    Training rows are unchanged (0 in that column either way).
+    Training rows still hold one value there (0, as ``<unseen>`` always did).
 
     >>> X = np.array([[0., 1.], [0., 0.], [0., 1.], [0., 0.]])
     >>> s = Scaler.fit(X, categories=np.array([True, True]))
