@@ -15,10 +15,15 @@ import logging
 import os
 import sys
 
-from offline_train import cli as offline_commands
-from streamer.config import Settings
+try:  # Ctrl-C while the command loads ends in one line too (``main`` takes over once it runs)
+    from offline_train import cli as offline_commands
+    from streamer.config import Settings
 
-from . import commands, configs, models
+    from . import commands, configs, models
+except KeyboardInterrupt:
+    print("kdsm: interrupted", file=sys.stderr)
+    exec("")  # noqa: S102 - as in _interrupted below
+    raise SystemExit(130) from None
 
 # Modules exposing ``register(subparsers, settings_cls)``, in help order.
 COMMAND_MODULES = (offline_commands, commands, configs, models)
@@ -118,6 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         return _stdout_closed()
+    except KeyboardInterrupt:  # before the command runs: building the parser imports the benches (torch: seconds)
+        print(f"kdsm {argv[0]}: interrupted" if argv and not argv[0].startswith("-") else "kdsm: interrupted",
+              file=sys.stderr)
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    """Status 130 for a Ctrl-C the command handled. A Ctrl-C that met code run by ``PyRun_String`` (torch runs some
+    while it imports) leaves CPython's "unhandled KeyboardInterrupt" flag set, even once handled, and the interpreter
+    would then end by SIGINT (status -2) instead of 130. Compiling and running a string resets that flag."""
+    exec("")  # noqa: S102 - the reset; nothing is run
+    return 130
 
 
 def _main(argv: list[str]) -> int:
@@ -141,7 +158,7 @@ def _main(argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"kdsm {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
 
 
 if __name__ == "__main__":
