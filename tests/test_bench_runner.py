@@ -204,14 +204,20 @@ def _group(pgid: int, marker: str) -> list[int]:
     return found
 
 
+def _bench_two_workers(tmp_path) -> subprocess.Popen:
+    """``kdsm bench adbench --jobs 2`` with long runs (both workers mid-run at a signal), in its own process group,
+    with SIGINT at its default as an interactive shell leaves it."""
+    env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}
+    cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
+           "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
+    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
     """Ctrl-C (SIGINT to the foreground group: the bench and its workers) ends ``--jobs 2`` within seconds,
     exit 130, no traceback, no worker left running."""
-    env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}  # long runs: both workers are mid-run at the signal
-    cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
-           "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
-    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as an interactive shell leaves it
+    p = _bench_two_workers(tmp_path)
     try:
         time.sleep(10)  # spawned, imported, training
         assert len(_group(p.pid, "spawn_main")) == 2, "both workers should be running"
@@ -240,11 +246,7 @@ def test_ctrl_c_while_the_workers_still_import_is_one_line_too(tmp_path):
     """From the moment they exist, the workers never take Ctrl-C themselves (it is blocked while they import, ignored
     once their initializer has run), so Ctrl-C at that moment ends the bench in one line. Before, a worker caught it
     while importing and printed a KeyboardInterrupt traceback (in about half of the runs)."""
-    env = {**os.environ, **TINY, "KDSM_TRAIN__STEPS": "20000"}
-    cmd = [sys.executable, "-m", "streamer.ops.cli", "bench", "adbench", "--data-dir", str(ADBENCH), "--methods",
-           "default,kdsm", "--jobs", "2", "--out", str(tmp_path / "o")]
-    p = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = _bench_two_workers(tmp_path)
     states = set()
     try:
         deadline = time.monotonic() + 60

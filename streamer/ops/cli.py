@@ -22,7 +22,7 @@ try:  # Ctrl-C while the command loads ends in one line too (``main`` takes over
     from . import commands, configs, models
 except KeyboardInterrupt:
     print("kdsm: interrupted", file=sys.stderr)
-    exec("")  # noqa: S102 - as in _interrupted below
+    exec("")  # noqa: S102 - the flag reset that main explains
     raise SystemExit(130) from None
 
 # Modules exposing ``register(subparsers, settings_cls)``, in help order.
@@ -123,18 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         return _stdout_closed()
-    except KeyboardInterrupt:  # before the command runs: building the parser imports the benches (torch: seconds)
+    except KeyboardInterrupt:  # while the parser loads the benches (torch: seconds) or while the command runs
         print(f"kdsm {argv[0]}: interrupted" if argv and not argv[0].startswith("-") else "kdsm: interrupted",
               file=sys.stderr)
-        return _interrupted()
-
-
-def _interrupted() -> int:
-    """Status 130 for a Ctrl-C the command handled. A Ctrl-C that met code run by ``PyRun_String`` (torch runs some
-    while it imports) leaves CPython's "unhandled KeyboardInterrupt" flag set, even once handled, and the interpreter
-    would then end by SIGINT (status -2) instead of 130. Compiling and running a string resets that flag."""
-    exec("")  # noqa: S102 - the reset; nothing is run
-    return 130
+        # A Ctrl-C that met code run by ``PyRun_String`` (torch runs some while it imports) leaves CPython's
+        # "unhandled KeyboardInterrupt" flag set, even once handled, and the interpreter would then end by SIGINT
+        # (status -2) instead of 130. Compiling and running a string resets that flag.
+        exec("")  # noqa: S102 - the reset; nothing is run
+        return 130
 
 
 def _main(argv: list[str]) -> int:
@@ -156,9 +152,6 @@ def _main(argv: list[str]) -> int:
             raise
         print(f"kdsm {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"kdsm {args.command}: interrupted", file=sys.stderr)
-        return _interrupted()
 
 
 if __name__ == "__main__":
