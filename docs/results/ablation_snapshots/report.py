@@ -202,10 +202,15 @@ def standardise(tr, te, how="mean"):
 
 def default_parts(d):
     """A per-row file's two parts as z-scores of the test rows over the training rows (the network's on the log
-    scale), and the rows every diagnosis reports: the default, the network alone, the forest alone."""
+    scale), and the rows every diagnosis reports: the two-part default ("default"), the network alone, the forest alone.
+
+    "default" is the larger of the two z-scores, which ranks rows as the two-part blend does. It is rebuilt from the
+    parts, not read from the file's stored blend: a file written while the library's default had a third part (the
+    k-NN part: the default since the twenty-eighth pass, and switched on in the working tree during part of the
+    twenty-seventh) stores the three-part score there."""
     zn = standardise(lg(d["net_train"]), lg(d["net_test"]))
     zf = standardise(d["forest_train"], d["forest_test"])
-    return zn, zf, {"default": d["blend_test"], "network alone": d["net_test"], "forest alone": d["forest_test"]}
+    return zn, zf, {"default": np.maximum(zn, zf), "network alone": d["net_test"], "forest alone": d["forest_test"]}
 
 def max_z(d, nets, how="mean"):
     """Larger z-score of several network snapshots (log scale) and the forest, moments of the training rows.
