@@ -4,7 +4,8 @@ Reads per-run JSON files of ``kchoice.py`` (the default's two-part score, its pa
 several k, from the same trainings) and the committed ``kdsm bench adbench`` results.csv files of the baselines on
 the same split; keeps the runs of the protocol (seed 0 on every dataset, seeds 1-2 where the JSON files have them:
 the 11 datasets under 1000 rows), averages each dataset over its seeds, then the datasets. Prints mean AUC-PR /
-AUC-ROC and on how many datasets each row is above IForest's and KNN's bench rows (3 decimals).
+AUC-ROC and on how many datasets each row is above IForest's and KNN's bench rows (3 decimals). Where every dataset
+has the same seeds (3 seeds everywhere, the twenty-ninth pass), it also prints each seed's means.
 
     python3 docs/results/knn_part/protocol.py PARTS.json[,PARTS.json ...] RESULTS.csv [RESULTS.csv ...]
 """
@@ -54,6 +55,14 @@ def main(argv):
             a, b = ahead(m[nm], m["iforest"]), ahead(m[nm], m["knn"])
             print(f"{ROWS.get(nm, nm):45s} {mean[0]:.3f} / {mean[1]:.3f}   above IForest {a[0]:2d} / {a[1]:2d}"
                   f"   above KNN {b[0]:2d} / {b[1]:2d}")
+    seeds = sorted({s for _, s in keys})
+    if len(seeds) > 1 and len(keys) == len({ds for ds, _ in keys}) * len(seeds):  # every dataset at every seed
+        print("per seed (mean over the datasets):")
+        for nm in ("max3 k 10", "default", *BASELINES):
+            if nm in m:
+                cells = [np.mean([v for (_, s), v in per[nm].items() if s == seed], 0) for seed in seeds]
+                print(f"  {ROWS.get(nm, nm).strip():43s} " + "   ".join(
+                    f"seed {seed} {c[0]:.3f} / {c[1]:.3f}" for seed, c in zip(seeds, cells)))
 
 
 if __name__ == "__main__":
