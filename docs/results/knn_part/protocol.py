@@ -62,7 +62,7 @@ def main(argv):
             if nm in m:
                 cells = [np.mean([v for (_, s), v in per[nm].items() if s == seed], 0) for seed in seeds]
                 print(f"  {ROWS.get(nm, nm).strip():43s} " + "   ".join(
-                    f"seed {seed} {c[0]:.3f} / {c[1]:.3f}" for seed, c in zip(seeds, cells)))
+                    f"seed {seed} {c[0]:.3f} / {c[1]:.3f}" for seed, c in zip(seeds, cells, strict=True)))
 
 
 if __name__ == "__main__":
