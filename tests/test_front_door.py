@@ -247,7 +247,8 @@ def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path, delay):
     time.sleep(delay)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    if p.returncode == 2:  # a fast machine got as far as the empty data folder: the command's own one-line error
-        assert err.count("\n") == 1 and "Traceback" not in err, err
+    if "error: no .npz files" in err:  # a fast machine got as far as the empty data folder: the command's own error,
+        # then the signal may still land while the interpreter exits (status -2): one line and no traceback either way
+        assert p.returncode in (2, -signal.SIGINT) and err.count("\n") == 1 and "Traceback" not in err, err
         return
     assert p.returncode == 130 and err in ("kdsm: interrupted\n", "kdsm bench: interrupted\n"), err
