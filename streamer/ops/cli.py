@@ -15,24 +15,24 @@ import logging
 import os
 import sys
 
-try:  # Ctrl-C while the command loads ends in one line too (``main`` takes over once it runs)
+# The project's own modules are imported inside the functions below, so a Ctrl-C while they load is one line from
+# ``main``'s handler as well.
+
+
+def command_modules() -> tuple:
+    """Modules exposing ``register(subparsers, settings_cls)``, in help order."""
     from offline_train import cli as offline_commands
-    from streamer.config import Settings
 
     from . import commands, configs, models
-except KeyboardInterrupt:
-    print("kdsm: interrupted", file=sys.stderr)
-    exec("")  # noqa: S102 - the flag reset that main explains
-    raise SystemExit(130) from None
 
-# Modules exposing ``register(subparsers, settings_cls)``, in help order.
-COMMAND_MODULES = (offline_commands, commands, configs, models)
+    return offline_commands, commands, configs, models
 
 
 def register_benches(bench_sub) -> None:
     """``kdsm bench NAME``: modules exposing ``register_bench(bench_subparsers, settings_cls)``."""
     from offline_train import sigma_bench, speed
     from offline_train.evaluation import cli as evaluation_cli
+    from streamer.config import Settings
     from streamer.dev import bench_features, bench_lifecycle, bench_stream
 
     for module in (speed, sigma_bench, evaluation_cli, bench_stream, bench_lifecycle, bench_features):
@@ -73,10 +73,12 @@ def version() -> str:
 
 def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     """The whole ``kdsm`` parser; ``benches=False`` leaves ``kdsm bench``'s (heavy) subcommands out."""
+    from streamer.config import Settings
+
     parser = argparse.ArgumentParser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
     parser.add_argument("--version", action="version", version=f"kdsm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
+    for module in command_modules():
         module.register(sub, Settings)
     bench = sub.add_parser("bench", help="benchmarks that print figures and write them to files")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
@@ -100,6 +102,7 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
 def _check_env() -> None:
     """A misspelt ``KDSM_*`` variable is an error, as a misspelt key in a config file is (pydantic would ignore it)."""
     from offline_train.config import ConfigError, unknown_env
+    from streamer.config import Settings
 
     bad = unknown_env(Settings)
     if bad:
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except BrokenPipeError:
         return _stdout_closed()
-    except KeyboardInterrupt:  # while the parser loads the benches (torch: seconds) or while the command runs
+    except KeyboardInterrupt:  # while the commands load (the benches: torch, seconds) or while one runs
         print(f"kdsm {argv[0]}: interrupted" if argv and not argv[0].startswith("-") else "kdsm: interrupted",
               file=sys.stderr)
         # A Ctrl-C that met code run by ``PyRun_String`` (torch runs some while it imports) leaves CPython's
