@@ -28,15 +28,14 @@ def command_modules() -> tuple:
     return offline_commands, commands, configs, models
 
 
-def register_benches(bench_sub) -> None:
+def register_benches(bench_sub, settings_cls) -> None:
     """``kdsm bench NAME``: modules exposing ``register_bench(bench_subparsers, settings_cls)``."""
     from offline_train import sigma_bench, speed
     from offline_train.evaluation import cli as evaluation_cli
-    from streamer.config import Settings
     from streamer.dev import bench_features, bench_lifecycle, bench_stream
 
     for module in (speed, sigma_bench, evaluation_cli, bench_stream, bench_lifecycle, bench_features):
-        module.register_bench(bench_sub, Settings)
+        module.register_bench(bench_sub, settings_cls)
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -83,7 +82,7 @@ def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks that print figures and write them to files")
     bench_sub = bench.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
     if benches:
-        register_benches(bench_sub)
+        register_benches(bench_sub, Settings)
     _show_defaults(parser)
     return parser
 
