@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 from streamer.lifecycle.metrics import LifecycleMetrics
 from streamer.lifecycle.thresholds import LiveThresholds
@@ -19,11 +20,15 @@ log = logging.getLogger("kdsm.stream")
 
 
 def configure_process(settings) -> None:
-    """Process-wide settings of a stream process: torch's CPU threads (``stream.threads``).
+    """Process-wide settings of a stream process: torch's CPU threads (``stream.threads``) and the interpreter's
+    switch interval (``stream.switch_interval_ms``).
 
-    The process's entry point calls it (``kdsm stream``); library calls
-    (tests, the demo's in-process streamer) leave the process alone.
+    The scoring thread gives up the GIL around each torch call and must take it back from the main thread, which
+    polls and decodes in Python; at Python's 5 ms a forward pass of many small calls waits for it again and again
+    (docs/streaming.md, "The switch interval"). The process's entry point calls it (``kdsm stream``, ``kdsm bench
+    stream``); library calls (tests, the demo's in-process streamer) leave the process alone.
     """
+    sys.setswitchinterval(settings.stream.switch_interval_ms / 1000)
     if settings.stream.threads:
         import torch
 

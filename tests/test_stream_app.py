@@ -1,9 +1,11 @@
 """The loop's own objects, without a broker: what building them does to the process and the pending batch's shape."""
 
 import gc
+import sys
 import weakref
 from concurrent.futures import Future
 
+import pytest
 import torch
 
 from offline_train.config import load_settings
@@ -32,6 +34,19 @@ def test_configure_process_applies_stream_threads():
         assert torch.get_num_threads() == other
     finally:
         torch.set_num_threads(before)
+
+
+def test_configure_process_sets_the_switch_interval():
+    from streamer.service import configure_process
+
+    before = sys.getswitchinterval()
+    try:
+        configure_process(load_settings(Settings, stream={"switch_interval_ms": 2.5}))
+        assert sys.getswitchinterval() == pytest.approx(0.0025)
+        configure_process(load_settings(Settings))
+        assert sys.getswitchinterval() == pytest.approx(0.0005)  # the default, a tenth of Python's
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_pending_batch_is_a_typed_record():

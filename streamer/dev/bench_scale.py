@@ -45,14 +45,14 @@ def _child(args_file: str) -> int:
     from streamer.pipeline.app import StreamApp
     from streamer.pipeline.logs import setup_logging
     from streamer.pipeline.provider import StaticModelProvider
+    from streamer.service import configure_process
 
     a = json.loads(Path(args_file).read_text())
     setup_logging("WARNING")
-    if a.get("threads"):
-        import torch
-
-        torch.set_num_threads(a["threads"])
     s = Settings(**a["settings"])  # the SASL password, left out of the file, comes from the environment
+    if a.get("threads"):
+        s.stream.threads = a["threads"]
+    configure_process(s)  # as a kdsm stream process: torch threads and switch interval
     model = StaticModelProvider(a["model"], a["device"]).current()
     model.score_outputs(np.zeros((s.stream.max_batch, len(model.feature_names_))))  # CUDA context and kernels now
     Path(a["ready"]).write_text(str(os.getpid()))

@@ -53,6 +53,7 @@ from streamer.pipeline.app import StreamApp, settle_heap
 from streamer.pipeline.decode import Decoder
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import ConstantScorer
+from streamer.service import configure_process
 
 from .bench_fixtures import bench_model, consume_only, events_json, produce, write_result
 
@@ -218,10 +219,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
     if max_batch:
         s.stream.max_batch = max_batch
     s.metrics.enabled = False
-    if s.stream.threads:
-        import torch
-
-        torch.set_num_threads(s.stream.threads)  # the same for scorer-only and end to end
+    configure_process(s)  # as kdsm stream's process: torch threads and switch interval, for scorer-only and end to end
     broker = None
     tmp = Path(tempfile.mkdtemp(prefix="kdsm-bench-"))
     if not external_broker:
@@ -300,6 +298,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         result = {
             "command": " ".join(["kdsm", *sys.argv[1:]]),
             "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                        "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                         "device": str(model.device_), "load_avg": os.getloadavg()},
             "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap,
             "config": {"events": events, "max_batch": s.stream.max_batch, "max_wait_ms": s.stream.max_wait_ms,
@@ -341,10 +340,7 @@ def _backlog(settings, prefix: str, events: int, consume_batch: int | None, mode
 
     s = settings.model_copy(deep=True)
     s.metrics.enabled = False
-    if s.stream.threads:
-        import torch
-
-        torch.set_num_threads(s.stream.threads)
+    configure_process(s)
     broker = None
     tmp = Path(tempfile.mkdtemp(prefix=f"kdsm-{prefix}-"))
     if not external_broker:
@@ -425,6 +421,7 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
 
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
                   "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                              "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                               "device": str(model.device_), "load_avg": os.getloadavg()},
                   "broker": env.broker, "scorer": scorer_kind,
                   "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
@@ -474,6 +471,7 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
 
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
                   "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                              "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                               "device": str(model.device_), "load_avg": os.getloadavg()},
                   "broker": env.broker, "delivery": s.kafka.delivery,
                   "scorer": scorer_kind, "events": events, "consume_only_msg_per_s": round(consume),
