@@ -219,11 +219,17 @@ def _worker_init(threads: int) -> None:
     cores must not each start one thread per core). Ctrl-C is left to the bench process, which stops the
     workers: a worker would turn the KeyboardInterrupt into its run's result and take the next run."""
     import signal
+    import threading
 
     import torch
     from threadpoolctl import threadpool_limits
+    from tqdm import tqdm
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing RLock: a named semaphore that the resource tracker (shared with the
+    # bench process) records. A worker stopped on Ctrl-C (terminated) never unlinks it, and the tracker then warns
+    # about "leaked semaphore objects" after the bench's one line. A worker's own bars need a thread lock only.
+    tqdm.set_lock(threading.RLock())
     torch.set_num_threads(threads)
     threadpool_limits(threads)
 
