@@ -50,8 +50,6 @@ def _child(args_file: str) -> int:
     a = json.loads(Path(args_file).read_text())
     setup_logging("WARNING")
     s = Settings(**a["settings"])  # the SASL password, left out of the file, comes from the environment
-    if a.get("threads"):
-        s.stream.threads = a["threads"]
     configure_process(s)  # as a kdsm stream process: torch threads and switch interval
     model = StaticModelProvider(a["model"], a["device"]).current()
     model.score_outputs(np.zeros((s.stream.max_batch, len(model.feature_names_))))  # CUDA context and kernels now
@@ -217,9 +215,11 @@ def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Pa
         c = s.model_copy(deep=True)
         c.kafka.group_id, c.kafka.client_id = group, f"{group}-{i}"
         c.kafka.transactional_id = f"{group}-{i}.tx"
+        if threads:
+            c.stream.threads = threads
         files = {k: str(tmp / f"{group}-{i}.{k}") for k in ("args", "ready", "out", "log")}
         Path(files["args"]).write_text(json.dumps({
-            "settings": c.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), "model": model_path, "device": device, "threads": threads,
+            "settings": c.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), "model": model_path, "device": device,
             "ready": files["ready"], "go": str(go), "out": files["out"], "stop": str(stop), "deadline_s": 240.0}))
         with open(files["log"], "wb") as log_file:
             procs.append(subprocess.Popen([sys.executable, "-m", "streamer.dev.bench_scale", files["args"]],

@@ -135,6 +135,15 @@ class _Fixed:
         return self.model
 
 
+def _machine(model: KDSM) -> dict:
+    """What a result file records of the process that measured it."""
+    import torch
+
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3), "device": str(model.device_),
+            "load_avg": os.getloadavg()}
+
+
 def _scorer_only(model: KDSM, X: np.ndarray, max_batch: int, repeats: int = 3) -> float:
     """Rows/s of the forward pass alone, called from a worker thread as the stream calls it (under
     load the same pass measured 2-3x slower from the main thread, see docs/streaming.md)."""
@@ -293,13 +302,9 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             f"(max_batch {s.stream.max_batch}, max_wait_ms {s.stream.max_wait_ms}):")
         for what, q in (("event -> alert acknowledged", to_ack), ("event -> commit", to_commit)):
             log(f"  {what}: p50 {q['p50_ms']} ms, p99 {q['p99_ms']} ms, max {q['max_ms']} ms ({q['n']} events)")
-        import torch
-
         result = {
             "command": " ".join(["kdsm", *sys.argv[1:]]),
-            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                        "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
-                        "device": str(model.device_), "load_avg": os.getloadavg()},
+            "machine": _machine(model),
             "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap,
             "config": {"events": events, "max_batch": s.stream.max_batch, "max_wait_ms": s.stream.max_wait_ms,
                        "max_in_flight": s.stream.max_in_flight, "commit_interval_ms": s.kafka.commit_interval_ms,
@@ -417,12 +422,8 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
             f"to commit {a['p99_to_commit_ms']} ms; exactly_once {e['e2e_events_per_s']:,.0f} events/s, p99 to alert acked "
             f"{e['p99_to_alert_acked_ms']} ms, to commit (= visible to read_committed) {e['p99_to_commit_ms']} ms; "
             f"throughput exactly_once / at_least_once = {price}")
-        import torch
-
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
-                  "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                              "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
-                              "device": str(model.device_), "load_avg": os.getloadavg()},
+                  "machine": _machine(model),
                   "broker": env.broker, "scorer": scorer_kind,
                   "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
                   "max_wait_ms": s.stream.max_wait_ms, "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms,
@@ -467,12 +468,8 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
                                "latency_rate_events_per_s": round(rate), "to_alert_acked": to_ack, "to_commit": to_commit})
                 log(f"  max_batch {b:5d}  max_wait_ms {w:4d}: {e2e:9,.0f} events/s; at {rate:,.0f}/s p99 to alert acked "
                     f"{to_ack['p99_ms']} ms, to commit {to_commit['p99_ms']} ms")
-        import torch
-
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
-                  "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                              "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
-                              "device": str(model.device_), "load_avg": os.getloadavg()},
+                  "machine": _machine(model),
                   "broker": env.broker, "delivery": s.kafka.delivery,
                   "scorer": scorer_kind, "events": events, "consume_only_msg_per_s": round(consume),
                   "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms, "linger_ms": s.kafka.linger_ms,
