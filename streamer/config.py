@@ -81,6 +81,7 @@ class StreamConfig(Section):
     max_batch: int = Field(2000, gt=0, description="most events per micro-batch")
     max_wait_ms: int = Field(100, ge=0, description="longest wait to fill a micro-batch")
     max_in_flight: int = Field(2, ge=1, description="batches sent but not yet acknowledged; at this many the partitions are paused")
+    fetch_process: bool = Field(False, description="fetch and unpack records in a child process (kafka-python unpacks in Python, under the loop's GIL); the streamer's consumer keeps the group and commits. docs/streaming.md, The fetch process")
     id_field: str = Field("id", description="event field holding the event id (required)")
     ts_field: str = Field("ts", description="optional event field holding the event time (number or string)")
     schema_field: str = Field("schema", description="optional event field with the feature schema hash; a mismatch is dead-lettered")

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import make_blobs
@@ -58,11 +59,32 @@ def _start(cfg, model_dir, log):
 PRODUCE_RATE = 400  # events/s at most: produce_paced's bursts of 40 with 0.1 s pauses
 
 
-@pytest.mark.parametrize("commit_interval_ms", [0, 500])
+def _pid_gone(pid: int, timeout: float = 10.0) -> bool:
+    """The process has exited: no such pid, or a zombie (an orphan waits for whatever reaps in this container)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def fetch_pids(log_path) -> list[int]:
+    """The fetch processes a streamer's log names (``stream.fetch_process``), in order."""
+    return [json.loads(line)["pid"] for line in log_path.read_text().splitlines()
+            if '"event": "fetch_process_started"' in line]
+
+
+@pytest.mark.parametrize(("commit_interval_ms", "fetch_process"), [(0, False), (500, False), (0, True)],
+                         ids=["commit-each-batch", "commit-interval", "fetch-process"])
 def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir,
-                                           commit_interval_ms):
+                                           commit_interval_ms, fetch_process):
     model = KDSM.load(tiny_model_dir, device="cpu")
-    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=100, max_in_flight=2)
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=100, max_in_flight=2,
+                      fetch_process=fetch_process)
     s.kafka.commit_interval_ms = commit_interval_ms
     create_topics(s)
     # Every valid event alerts (warning threshold 0), so "no event without its output" is checkable per id.
@@ -93,6 +115,8 @@ def test_sigkill_and_restart_loses_nothing(tmp_path, kafka_bootstrap, redis_url,
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         at_kill = len(alerts.values)
+        if fetch_process:  # the child reads EOF on its stdin and exits: no orphan fetching on
+            assert len(fetch_pids(log_path)) == 1 and _pid_gone(fetch_pids(log_path)[0]), "the fetch process outlived a SIGKILL"
         assert at_kill < len(values) - n_bad, "the stream ended before the kill; nothing was tested"
         proc = _start(str(cfg), str(tiny_model_dir), log)
         deadline = time.monotonic() + 60

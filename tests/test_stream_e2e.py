@@ -34,7 +34,9 @@ ALERT_FIELDS = {"alert_id", "event_id", "event_time", "scored_at", "score", "p_v
                 "model_version", "schema_hash", "source", "top_features"}
 
 
-def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstrap, redis_url, unique, tiny_model_dir):
+@pytest.mark.parametrize("fetch_process", [False, True], ids=["in-process", "fetch-process"])
+def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                                 fetch_process):
     det = KDSM.load(tiny_model_dir, device="cpu")
     names = det.feature_names_
     X = make_blobs(n=1600, seed=0)[0][1200:]  # the training distribution, rows the model did not see
@@ -57,7 +59,8 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
             ci += 1
     assert ci == len(corpus) and len(corpus) >= 20
 
-    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=64)
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=64,
+                      fetch_process=fetch_process)
     create_topics(s)
     sink = Collect()
     st = StreamerThread(s, sinks=[Boom(), sink]).start()  # a failing sink must not stop the others or the stream

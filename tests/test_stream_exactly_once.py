@@ -150,10 +150,12 @@ def test_three_sigkills_every_alert_and_dead_letter_exactly_once(tmp_path, kafka
     assert "Traceback" not in log_path.read_text()
 
 
+@pytest.mark.parametrize("fetch_process", [False, True], ids=["in-process", "fetch-process"])
 def test_a_second_streamer_joins_and_leaves_every_alert_exactly_once(tmp_path, kafka_bootstrap, redis_url, unique,
-                                                                     tiny_model_dir):
+                                                                     tiny_model_dir, fetch_process):
     n_events, parts = 12000, 4
-    model, s = _setup(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir, partitions=parts, max_batch=200)
+    model, s = _setup(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir, partitions=parts, max_batch=200,
+                      fetch_process=fetch_process)
     cfgs = [_config(tmp_path, s, f"tx-{unique}-{n}", f"stream-{n}.yaml") for n in "ab"]
     X = make_blobs(n=n_events, seed=1)[0]
     values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]

@@ -47,13 +47,15 @@ def _log_tail(paths) -> str:
     return "\n".join(f"--- {p.name}\n" + p.read_text()[-2500:] for p in paths)
 
 
-def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir):
+@pytest.mark.parametrize("fetch_process", [False, True], ids=["in-process", "fetch-process"])
+def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                    fetch_process):
     model = KDSM.load(tiny_model_dir, device="cpu")
     # Batches gather for up to two seconds, so a revocation (it comes inside a poll) nearly always finds records
     # gathered or a batch in flight: the case to test. With half-second batches a streamer that keeps up often
     # met its revocations between batches, with nothing to drain, and a loaded CI run once met none that way.
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=20000, max_wait_ms=2000,
-                      max_in_flight=2)
+                      max_in_flight=2, fetch_process=fetch_process)
     create_topics(s, partitions=PARTITIONS)
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
     cfg = tmp_path / "stream.yaml"

@@ -244,7 +244,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
         rng = np.random.default_rng(1)
         X = model.scaler_.inverse_transform(rng.normal(size=(events, len(names))))  # rows on the training scale
         log(f"model {model.version_}: {len(names)} features, device {model.device_}; {events} events, max_batch {s.stream.max_batch}, "
-            f"delivery {s.kafka.delivery}")
+            f"delivery {s.kafka.delivery}{', fetch process' if s.stream.fetch_process else ''}")
         values = events_json(X, names)
         dec = decode_bench(model, values, s.stream.max_batch)
         log(f"decode: json.loads path {dec['reference_json_loads_us']:.2f} us/event, fast path {dec['fast_us']:.2f} "
@@ -308,7 +308,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
             "broker": "tansu (local, in-memory)" if broker else s.kafka.bootstrap,
             "config": {"events": events, "max_batch": s.stream.max_batch, "max_wait_ms": s.stream.max_wait_ms,
                        "max_in_flight": s.stream.max_in_flight, "commit_interval_ms": s.kafka.commit_interval_ms,
-                       "rounds": rounds, "features": len(names),
+                       "fetch_process": s.stream.fetch_process, "rounds": rounds, "features": len(names),
                        "width": model.model.width, "depth": model.model.depth, "linger_ms": s.kafka.linger_ms},
             "scorer": "none (ConstantScorer: scoring excluded)" if none else "model (KDSM.score_outputs)",
             "delivery": s.kafka.delivery,
@@ -425,7 +425,7 @@ def delivery_ab(settings, model_path: str | None = None, events: int = 60000, ro
         result = {"command": " ".join(["kdsm", *sys.argv[1:]]),
                   "machine": _machine(model),
                   "broker": env.broker, "scorer": scorer_kind,
-                  "events": events, "rounds": rounds, "max_batch": s.stream.max_batch,
+                  "events": events, "rounds": rounds, "max_batch": s.stream.max_batch, "fetch_process": s.stream.fetch_process,
                   "max_wait_ms": s.stream.max_wait_ms, "fetch_max_wait_ms": s.kafka.fetch_max_wait_ms,
                   "linger_ms": s.kafka.linger_ms, "consume_only_msg_per_s": round(consume),
                   "latency_rate_events_per_s": round(rate or 0), "median": summary,

@@ -27,6 +27,10 @@ IO thread, where a blocking ``consumer.commit()`` cannot run, so it is an
 ``AsyncConsumerRebalanceListener`` that awaits ``commit_async``.
 SIGTERM/SIGINT finish the batch, drain and close.
 
+With ``stream.fetch_process: true`` step 1 takes records from a child process that fetches and unpacks them
+(``streamer.pipeline.fetcher``); this process's consumer keeps the group, the listener and the commits, with its
+partitions paused.
+
 With ``kafka.delivery: exactly_once`` each batch is one Kafka transaction
 (alerts, dead letters, offsets; ``TransactionalCheckpointer``): an aborted
 one makes the loop drop what it polled after the batch and rewind to the
@@ -70,6 +74,7 @@ from .checkpoint import (
 from .deadletter import dead_letter
 from .decode import Decoded, Decoder, Reject
 from .decode_spec import SpecDecoder
+from .fetcher import FetchProcess
 from .kafka_clients import (
     ensure_topics,
     make_consumer,
@@ -114,6 +119,8 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         if app._closing:  # after a crash: what is in flight stays uncommitted, a restart re-reads it
             log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": 0})
             return
+        if app.fetcher is not None:
+            app.fetcher.assign({})  # what it fetched and the loop has not taken is dropped: the next owner reads it
         try:
             app._publish_pending()
             app._publish_gathered()
@@ -124,12 +131,15 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         log.info({"event": "partitions_revoked", "partitions": names, "drained_batches": len(done)})
 
     async def on_partitions_assigned(self, assigned):
-        await self._read_on_from_committed(assigned)
+        committed = await self._read_on_from_committed(assigned)
+        if self.app.fetcher is not None:  # the fetch process fetches; this consumer keeps the group, paused
+            self.app.consumer.pause(*assigned)
+            self.app.fetcher.assign({tp: committed.get(tp) for tp in assigned})
         self.app.metrics.rebalances.labels("assigned").inc()
         self.app.metrics.assigned.set(len(assigned))
         log.info({"event": "partitions_assigned", "partitions": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
 
-    async def _read_on_from_committed(self, assigned) -> None:
+    async def _read_on_from_committed(self, assigned) -> dict:
         """Seek every assigned partition to the group's committed offset before anything is fetched.
 
         kafka-python (eager protocol) keeps the position of a partition a rebalance gives back, even where this
@@ -139,11 +149,13 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         The fetch is awaited on the IO thread (a blocking ``committed()`` cannot run here); kafka-python has
         no public coroutine for it, hence its coordinator's.
         """
-        consumer = self.app.consumer
+        consumer, found = self.app.consumer, {}
         offsets = await consumer._coordinator.fetch_committed_offsets_async(set(assigned))
         for tp, committed in offsets.items():
             if tp in assigned and committed is not None and committed.offset >= 0:
                 consumer.seek(tp, committed.offset)
+                found[tp] = committed.offset
+        return found  # without a committed offset: auto_offset_reset
 
 
 @dataclass
@@ -184,6 +196,7 @@ class StreamApp:
         self._closing = False
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
+        self.fetcher: FetchProcess | None = None  # stream.fetch_process: records fetched by a child process
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
         self._looping = False  # False while the clients reach the broker: a signal then interrupts the wait
 
@@ -215,10 +228,13 @@ class StreamApp:
             self.producer = make_producer(k)
             self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
                                            commit_interval_s=k.commit_interval_ms / 1000)
+        if sc.fetch_process:
+            self.fetcher = FetchProcess(k, sc.max_batch,
+                                        "read_committed" if k.delivery == "exactly_once" else "read_uncommitted").start()
         self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
         log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
                   "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight, "delivery": k.delivery,
-                  "commit_interval_ms": k.commit_interval_ms,
+                  "commit_interval_ms": k.commit_interval_ms, "fetch_process": sc.fetch_process,
                   **({"transactional_id": transactional_id(k)} if k.delivery == "exactly_once" else {})})
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kdsm-score")
         try:
@@ -229,8 +245,7 @@ class StreamApp:
                 # While a batch is being scored or awaits its acks, poll briefly so it is published and
                 # committed soon; a full batch returns at once either way.
                 busy = self._pending is not None or len(self.checkpoint.in_flight) > 0
-                rb = poll_batch(self.consumer, sc.max_batch, min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms,
-                                self._gathered)
+                rb = self._poll(min(sc.max_wait_ms, _BUSY_WAIT_MS) if busy else sc.max_wait_ms)
                 if self.consumer.assignment():
                     self.ready.set()
                 # The model is taken after the poll, so records that arrive after a swap meet the new version;
@@ -244,6 +259,8 @@ class StreamApp:
                     nxt = None
                     self._drop_polled()
                     self.checkpoint.rewind()
+                    if self.fetcher is not None:  # fetch again from where the consumer now stands
+                        self.fetcher.assign({tp: self.consumer.position(tp) for tp in self.consumer.assignment()})
                 self._pending = nxt
                 self._after_commit(self.checkpoint.retire())
                 if len(self.checkpoint.in_flight) >= sc.max_in_flight:
@@ -274,7 +291,8 @@ class StreamApp:
         """Close both clients; an error here is logged, never raised over the one that ended the loop."""
         self._closing = True
         wait_s = self.settings.kafka.delivery_timeout_s  # a broker that answers nothing holds neither up longer
-        closers = (("producer", lambda: self.producer.close(timeout=wait_s)),
+        closers = (("fetch process", lambda: self.fetcher is not None and self.fetcher.close()),
+                   ("producer", lambda: self.producer.close(timeout=wait_s)),
                    ("consumer", lambda: self.consumer.close(autocommit=False, timeout_ms=int(wait_s * 1000))))
         for client, close in closers:
             try:
@@ -282,9 +300,28 @@ class StreamApp:
             except Exception as e:  # noqa: BLE001 - see the docstring
                 log.warning({"event": "close_failed", "client": client, "error": repr(e)})
 
+    def _poll(self, wait_ms: int) -> RecordBatch:
+        """The next micro-batch: polled here, or taken from the fetch process (this consumer then only keeps the
+        group: heartbeats, rebalances, commits; its partitions stay paused)."""
+        sc = self.settings.stream
+        if self.fetcher is None:
+            return poll_batch(self.consumer, sc.max_batch, wait_ms, self._gathered)
+        # Joining or rejoining, the poll must wait: kafka-python finishes a join only inside a poll with time left
+        # (the coordinator is private; the rebalance listener already reads committed offsets through it).
+        if not self.consumer.assignment() or self.consumer._coordinator.need_rejoin():
+            self.consumer.poll(timeout_ms=wait_ms)
+            return RecordBatch.from_records([])
+        self.consumer.poll(timeout_ms=0)  # heartbeats run on their own; this notices a rebalance and the poll interval
+        return self.fetcher.next_batch(sc.max_batch, wait_ms)
+
     def _backpressure(self) -> None:
         """Pause fetching while the oldest batches wait for their acks, then commit them (or, with a commit
-        interval, leave them for its commit) and resume."""
+        interval, leave them for its commit) and resume. With the fetch process the pipe holds it back instead:
+        the child waits while the loop does not read."""
+        if self.fetcher is not None:
+            self.metrics.paused.inc()
+            self._after_commit(self.checkpoint.settle())
+            return
         parts = self.consumer.assignment()
         self.consumer.pause(*parts)
         self.metrics.paused.inc()

@@ -41,6 +41,30 @@ class RecordBatch:
     def __len__(self) -> int:
         return len(self.values)
 
+    @classmethod
+    def concat(cls, parts: list[RecordBatch]) -> RecordBatch:
+        """One batch of several, in order (the fetch process's frames gathered into a micro-batch).
+
+        >>> a = RecordBatch(["t"], np.array([0], np.int32), np.array([4]), np.array([1]), [None], [b"a"], 1.0)
+        >>> b = RecordBatch.concat([a, a.take(0, 0), a])
+        >>> len(b), b.offsets.tolist(), b.values, b.polled_at
+        (2, [4, 4], [b'a', b'a'], 1.0)
+        """
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.from_records([])
+        return cls(topics=[t for p in parts for t in p.topics], partitions=np.concatenate([p.partitions for p in parts]),
+                   offsets=np.concatenate([p.offsets for p in parts]),
+                   timestamps_ms=np.concatenate([p.timestamps_ms for p in parts]),
+                   keys=[k for p in parts for k in p.keys], values=[v for p in parts for v in p.values],
+                   polled_at=parts[-1].polled_at)
+
+    def take(self, start: int, stop: int) -> RecordBatch:
+        """Records ``start`` to ``stop`` (a slice, in order)."""
+        return RecordBatch(self.topics[start:stop], self.partitions[start:stop], self.offsets[start:stop],
+                           self.timestamps_ms[start:stop], self.keys[start:stop], self.values[start:stop], self.polled_at)
+
     def commit_offsets(self) -> dict[TopicPartition, int]:
         """Next offset to consume per partition (last offset + 1), the value a commit stores.
 

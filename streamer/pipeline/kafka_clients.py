@@ -46,10 +46,11 @@ def client_kwargs(k) -> dict:
     return kw
 
 
-def make_consumer(k, group_id: str | None = None, **extra) -> KafkaConsumer:
-    """A manual-commit group consumer; raw bytes in (decoding is the decoder's job)."""
+def make_consumer(k, group_id: str | None = None, *, grouped: bool = True, **extra) -> KafkaConsumer:
+    """A manual-commit group consumer; raw bytes in (decoding is the decoder's job). ``grouped=False``: no group
+    (partitions by ``assign``; the fetch process's consumer)."""
     return _reach(k, lambda: KafkaConsumer(
-        group_id=group_id if group_id is not None else k.group_id, client_id=k.client_id,
+        group_id=(group_id if group_id is not None else k.group_id) if grouped else None, client_id=k.client_id,
         enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
         session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
         max_poll_interval_ms=k.max_poll_interval_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
