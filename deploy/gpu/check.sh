@@ -7,14 +7,15 @@
 # Steps (the scorer on device "auto" = CUDA when present):
 #   1. the device;
 #   2. kdsm bench stream: consume-only, scorer-only, end to end, latency (target: e2e >= 0.8 of consume-only);
-#   3. kdsm bench stream --scorer none: the pipe's own ceiling on this machine's CPU;
-#   4. kdsm bench stream --processes 1,2,4: N streamers in one consumer group sharing the GPU.
+#   3. the same with the fetch process (configs/fetch-process.yaml: kafka-python's unpacking off the loop's GIL);
+#   4. kdsm bench stream --scorer none: the pipe's own ceiling on this machine's CPU;
+#   5. kdsm bench stream --processes 1,2,4: N streamers in one consumer group sharing the GPU.
 # FULL=1 first runs the CUDA correctness checks (offline tests, the forest and the blend on the device included;
 # kdsm bench train; kdsm train on cardio), then the steps above.
 # Without CUDA (a local dry run, KDSM_TRAIN__DEVICE=cpu) the event counts are smaller so it ends in minutes.
 # With the device tool: command 'bash deploy/gpu/check.sh $OUT', carry [".whl"], timeout_s 540.
-# OUT_DIR gets at most 7 files (the device tool brings back 8): device.txt, check.txt, bench-stream.json,
-# bench-stream-none.json, bench-stream-scale.json (+ bench-train.json, full.log with FULL=1).
+# OUT_DIR gets at most 8 files (the device tool brings back 8): device.txt, check.txt, bench-stream.json,
+# bench-stream-fetch.json, bench-stream-none.json, bench-stream-scale.json (+ bench-train.json, full.log with FULL=1).
 set -uo pipefail
 out=${1:-runs/gpu-check}
 mkdir -p "$out"
@@ -74,6 +75,10 @@ fi
 step "bench stream (scorer on $device, $events events, 2 rounds)"
 t 240 python3 -m streamer bench stream --device "$device" --events "$events" --rounds 2 --out "$out/bench-stream.json"
 
+step "bench stream with the fetch process (scorer on $device, $events events, 2 rounds)"
+t 240 python3 -m streamer bench stream --config configs/fetch-process.yaml --device "$device" --events "$events" \
+    --rounds 2 --out "$out/bench-stream-fetch.json"
+
 step "bench stream --scorer none ($none_events events, 2 rounds)"
 t 150 python3 -m streamer bench stream --scorer none --device "$device" --events "$none_events" --rounds 2 \
     --out "$out/bench-stream-none.json"
@@ -90,19 +95,21 @@ out = Path(sys.argv[1])
 def load(name):
     p = out / name
     return json.loads(p.read_text()) if p.exists() else None
-b, n, s = load("bench-stream.json"), load("bench-stream-none.json"), load("bench-stream-scale.json")
-if b:
-    c, e = b["consume_only_msg_per_s"], b["e2e_events_per_s"]
-    print(f"target 5: end to end {e:,} events/s / consume-only {c:,} msg/s = {e / c:.2f} (target >= 0.8); "
-          f"scorer-only {b.get('scorer_only_rows_per_s', 0):,} rows/s on {b['machine']['device']}; "
-          f"p99 to alert acked {b['latency']['to_alert_acked']['p99_ms']} ms at {b['latency']['rate_events_per_s']:,}/s")
+b, f, n, s = (load("bench-stream.json"), load("bench-stream-fetch.json"), load("bench-stream-none.json"),
+              load("bench-stream-scale.json"))
+for how, d in (("in the loop", b), ("fetch process", f)):
+    if d:
+        c, e = d["consume_only_msg_per_s"], d["e2e_events_per_s"]
+        print(f"target 5 ({how}): end to end {e:,} events/s / consume-only {c:,} msg/s = {e / c:.2f} (target >= 0.8); "
+              f"scorer-only {d.get('scorer_only_rows_per_s', 0):,} rows/s on {d['machine']['device']}; "
+              f"p99 to alert acked {d['latency']['to_alert_acked']['p99_ms']} ms at {d['latency']['rate_events_per_s']:,}/s")
 if n:
     print(f"pipe ceiling (--scorer none): {n['e2e_events_per_s']:,} / {n['consume_only_msg_per_s']:,} = {n['ratio_e2e_over_consume']}")
 if s:
     for g in s["groups"]:
         print(f"N={g['processes']}: {g['window_events_per_s']:,.0f} events/s ({g['speedup_vs_first']}x N=1; "
               f"{g['ratio_to_consume_only']} of one consume-only process)")
-for name, d in (("bench-stream", b), ("bench-stream-none", n), ("bench-stream-scale", s)):
+for name, d in (("bench-stream", b), ("bench-stream-fetch", f), ("bench-stream-none", n), ("bench-stream-scale", s)):
     if d is None:
         print(f"{name}: MISSING (see check.txt)")
 EOF
