@@ -94,7 +94,7 @@ class FetchProcess:
                        "max_batch": max_batch, "isolation_level": isolation_level,
                        "log_level": logging.getLevelName(logging.getLogger("kdsm").getEffectiveLevel())}
         self.epoch = 0
-        self.dropped = 0  # batches of an older epoch, dropped (counted for the log and tests)
+        self.dropped = 0  # frames of an older epoch, dropped (tests read it)
         self._lock = threading.Lock()  # assignments come from the loop and from the rebalance listener's thread
         self._rest: tuple[int, RecordBatch] | None = None  # (epoch, records) of a frame split at max_batch
         self._proc: subprocess.Popen | None = None
@@ -168,7 +168,11 @@ class FetchProcess:
             raise self._exited() from None
 
     def _exited(self) -> FetchProcessExited:
-        code = self._proc.wait(_CLOSE_WAIT_S) if self._proc is not None else None
+        code = None
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a pipe broken under a child still running: kill it
+            code = self._proc.wait(_CLOSE_WAIT_S)
+        if code is None:
+            self._proc.kill()
         return FetchProcessExited(f"the fetch process exited (code {code}); its log lines are above")
 
 
