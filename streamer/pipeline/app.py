@@ -89,6 +89,7 @@ log = logging.getLogger("kdsm.stream")
 
 _LATENCY_SAMPLES = 32  # per batch, for the e2e histogram (no per-event metric calls)
 _BUSY_WAIT_MS = 20
+_GROUP_POLL_S = 0.05  # with the fetch process: the group consumer's polls, at most this often
 
 
 def settle_heap() -> None:
@@ -197,6 +198,7 @@ class StreamApp:
         self._executor: ThreadPoolExecutor | None = None
         self.consumer = self.producer = None
         self.fetcher: FetchProcess | None = None  # stream.fetch_process: records fetched by a child process
+        self._group_polled = 0.0  # monotonic time of the group consumer's last poll (fetch process only)
         self.ready = threading.Event()  # set once partitions are assigned (tests, bench)
         self._looping = False  # False while the clients reach the broker: a signal then interrupts the wait
 
@@ -310,8 +312,13 @@ class StreamApp:
         # (the coordinator is private; the rebalance listener already reads committed offsets through it).
         if not self.consumer.assignment() or self.consumer._coordinator.need_rejoin():
             self.consumer.poll(timeout_ms=wait_ms)
+            self._group_polled = time.monotonic()
             return RecordBatch.from_records([])
-        self.consumer.poll(timeout_ms=0)  # heartbeats run on their own; this notices a rebalance and the poll interval
+        # Heartbeats run on their own thread and flag a rebalance (need_rejoin, above); a poll keeps the member within
+        # max_poll_interval_ms. It costs about 0.25 ms, so at most one per _GROUP_POLL_S, not one per batch.
+        if time.monotonic() - self._group_polled >= _GROUP_POLL_S:
+            self.consumer.poll(timeout_ms=0)
+            self._group_polled = time.monotonic()
         return self.fetcher.next_batch(sc.max_batch, wait_ms)
 
     def _backpressure(self) -> None:
