@@ -325,11 +325,7 @@ class StreamApp:
         """Pause fetching while the oldest batches wait for their acks, then commit them (or, with a commit
         interval, leave them for its commit) and resume. With the fetch process the pipe holds it back instead:
         the child waits while the loop does not read."""
-        if self.fetcher is not None:
-            self.metrics.paused.inc()
-            self._after_commit(self.checkpoint.settle())
-            return
-        parts = self.consumer.assignment()
+        parts = self.consumer.assignment() if self.fetcher is None else set()  # the fetch process: paused already
         self.consumer.pause(*parts)
         self.metrics.paused.inc()
         try:

@@ -65,7 +65,8 @@ _PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size; 64 KiB (the default) is 
 def pack_batch(epoch: int, rb: RecordBatch) -> bytes:
     """One frame: the batch's columns (topics as a name table and per-record indices when they differ)."""
     names = sorted(set(rb.topics))
-    codes = b"" if len(names) == 1 else np.fromiter((names.index(t) for t in rb.topics), np.uint16, len(rb)).tobytes()
+    index = {t: i for i, t in enumerate(names)}
+    codes = b"" if len(names) == 1 else np.fromiter((index[t] for t in rb.topics), np.uint16, len(rb)).tobytes()
     return _encode((epoch, names, codes, rb.partitions.astype(np.int32).tobytes(), rb.offsets.astype(np.int64).tobytes(),
                     rb.timestamps_ms.astype(np.int64).tobytes(), rb.keys, rb.values, rb.polled_at))
 
