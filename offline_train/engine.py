@@ -101,8 +101,11 @@ class DaskEngine(LocalEngine):
                 # off, and cost about a third more CPU per pass here.
                 with dask.config.set({"distributed.nanny.pre-spawn-environ": _worker_environ(),
                                       "distributed.worker.profile.enabled": False}):
+                    # The scheduler's HTTP server (health, metrics) takes port 8787 unless told otherwise, and
+                    # warns on stderr when another Dask dashboard holds it: a free port, no dashboard.
                     self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                 host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR)
+                                                 host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                                 scheduler_kwargs={"dashboard": False}, silence_logs=logging.ERROR)
                 self.client = Client(self._cluster)
         except (OSError, TimeoutError, ValueError) as e:
             self.close()
@@ -142,9 +145,20 @@ class DaskEngine(LocalEngine):
         client, cluster = getattr(self, "client", None), self._cluster
         self.client = self._cluster = None
         if client is not None:
+            if cluster is not None:  # our own workers: a heartbeat racing the shutdown is no news for the job's stderr
+                try:
+                    client.run(_quiet_shutdown)
+                except Exception:  # a worker already gone has nothing left to say
+                    pass
             client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _quiet_shutdown() -> None:
+    """On a worker of a local cluster being closed: log nothing below CRITICAL. A heartbeat in flight while the
+    scheduler stops logs "Failed to communicate with scheduler during heartbeat." and a traceback at ERROR."""
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def make_engine(name: str, scheduler: str | None = None, workers: int = 2) -> LocalEngine:
