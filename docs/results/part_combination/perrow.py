@@ -1,0 +1,33 @@
+"""Per-row scores of the default's three parts, one training per dataset (issue 11, thirtieth pass; diagnosis only).
+
+Saves, per dataset and seed, the default's score and its three parts (network, forest, k-NN distance) on the training
+and the test rows, with the labels (report only). ``combine.py`` then compares ways of combining the parts.
+From the repository root, two one-thread workers:
+    for w in 0 1; do python3 docs/results/part_combination/perrow.py unsup paper 0 $w 2 runs/pc_unsup & done; wait
+Arguments: those of ``../ablation_snapshots/perrow.py``.
+"""
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+torch.set_num_threads(1)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from perrow import trainings  # noqa: E402
+
+from offline_train.config import TrainSettings  # noqa: E402
+from offline_train.evaluation.methods import make_kdsm  # noqa: E402
+
+settings = TrainSettings()
+for f, seed, Xtr, Xte, sc, sp, y in trainings(sys.argv, settings.data.scale_discrete):
+    t0 = time.time()
+    det = make_kdsm("default", settings, seed).fit(Xtr, scaler=sc)
+    res = {"y_test": sp.y_test, "y_train": y[sp.train_idx]}
+    for part, Xp in (("test", Xte), ("train", Xtr)):
+        pp = det.score_parts(Xp)
+        res.update({f"blend_{part}": pp.scores, f"net_{part}": pp.network, f"forest_{part}": pp.forest,
+                    f"knn_{part}": pp.knn})
+    np.savez_compressed(f, **res)
+    print(f.stem, f"{time.time() - t0:.0f}s", flush=True)
