@@ -1,7 +1,8 @@
 """Per-row network outputs f(x) of the default, one training per dataset (issue 11, diagnosis only).
 
-Saves, per dataset and seed, the default's blend, its two parts, the network's output vectors f(x), for the
-training and test rows, with the labels (report only). ``read.py`` then compares reads of the output vectors.
+Saves, per dataset and seed, the default's blend, its parts (two, or three with the k-NN part, the default since the
+twenty-eighth pass), the network's output vectors f(x), for the training and test rows, with the labels (report
+only). ``read.py`` then compares reads of the output vectors.
 From the repository root, two one-thread workers:
     for w in 0 1; do python3 docs/results/score_space/scorespace.py unsup paper 0 $w 2 runs/ss & done; wait
 Arguments: those of ``../ablation_snapshots/perrow.py``.
@@ -28,6 +29,6 @@ for f, seed, Xtr, Xte, sc, sp, y in trainings(sys.argv, settings.data.scale_disc
     for part, Xp in (("test", Xte), ("train", Xtr)):
         pp = det.score_parts(Xp)
         res.update({f"blend_{part}": pp.scores, f"net_{part}": pp.network, f"forest_{part}": pp.forest,
-                    f"F_{part}": pp.outputs})
+                    f"F_{part}": pp.outputs, **({f"knn_{part}": pp.knn} if pp.knn is not None else {})})
     np.savez_compressed(f, **res)
     print(f.stem, f"{time.time() - t0:.0f}s", flush=True)
