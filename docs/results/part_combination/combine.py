@@ -1,4 +1,6 @@
-"""Ways of combining the default's three parts, read from per-row files of ``../score_space/scorespace.py`` (issue 11, thirtieth pass; diagnosis).
+"""Ways of combining the default's three parts (issue 11, thirtieth pass; diagnosis only).
+
+Reads per-row files of ``../score_space/scorespace.py`` (the default's score and parts on training and test rows).
 
 Every combination is fitted on the training rows' part scores alone (labels feed only the report). Each dataset's
 figures are averaged over the seeds its files have (issue 11's protocol: seed 0 everywhere, seeds 1-2 on the small
