@@ -18,6 +18,7 @@ share one cluster between many training jobs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -146,10 +147,8 @@ class DaskEngine(LocalEngine):
         self.client = self._cluster = None
         if client is not None:
             if cluster is not None:  # our own workers: a heartbeat racing the shutdown is no news for the job's stderr
-                try:
+                with contextlib.suppress(Exception):  # a worker already gone has nothing left to say
                     client.run(_quiet_shutdown)
-                except Exception:  # a worker already gone has nothing left to say
-                    pass
             client.close()
         if cluster is not None:
             cluster.close()

@@ -155,12 +155,8 @@ class FetchProcess:
         for conn in (self._commands, self._batches):
             if conn is not None:
                 conn.close()
-        if self._proc is not None and self._proc.poll() is None:
-            try:
-                self._proc.wait(_CLOSE_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        if self._proc is not None:
+            self._reap()
 
     def _send(self, msg) -> None:
         try:
@@ -168,13 +164,16 @@ class FetchProcess:
         except OSError:
             raise self._exited() from None
 
-    def _exited(self) -> FetchProcessExited:
-        code = None
-        with contextlib.suppress(subprocess.TimeoutExpired):  # a pipe broken under a child still running: kill it
-            code = self._proc.wait(_CLOSE_WAIT_S)
-        if code is None:
+    def _reap(self) -> int:
+        """The child's exit code: waited for a little, then killed (a pipe can break under a child still running)."""
+        try:
+            return self._proc.wait(_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
             self._proc.kill()
-        return FetchProcessExited(f"the fetch process exited (code {code}); its log lines are above")
+            return self._proc.wait()
+
+    def _exited(self) -> FetchProcessExited:
+        return FetchProcessExited(f"the fetch process exited (code {self._reap()}); its log lines are above")
 
 
 def _assign(consumer, msg) -> int:
