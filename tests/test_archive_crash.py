@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import make_blobs
+from kafka import KafkaConsumer, TopicPartition
 from stream_support import create_topics, event, make_settings, produce_paced, write_stream_config
 
 from offline_train.detector import KDSM
@@ -67,10 +68,17 @@ def test_sigkill_restart_recovers_the_spool(tmp_path, kafka_bootstrap, redis_url
         assert 300 <= at_kill < len(values), (tmp_path / "stream.log").read_text()[-3000:]
         assert not closed_files(root)  # everything so far sits in the dead streamer's spool
         proc = _start(str(cfg), str(tiny_model_dir), log)
-        deadline = time.monotonic() + 45
-        while len(set(archived_ids(root))) < len(values) and time.monotonic() < deadline:
-            time.sleep(0.1)  # a batch lost in the crash window never arrives: then the deadline ends the wait
         producer.join(30)
+        # Wait on the group's commit, not on the archive: a batch lost in the crash window never reaches the archive,
+        # and every batch committed from here on is archived before the SIGTERM below returns.
+        group = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=s.kafka.group_id, enable_auto_commit=False)
+        try:
+            deadline = time.monotonic() + 45
+            while (group.committed(TopicPartition(s.kafka.events_topic, 0)) or 0) < len(values) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            group.close()
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

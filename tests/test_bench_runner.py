@@ -219,7 +219,13 @@ def test_ctrl_c_stops_every_worker_at_once_in_one_line(tmp_path):
     exit 130, no traceback, no worker left running."""
     p = _bench_two_workers(tmp_path)
     try:
-        time.sleep(10)  # spawned, imported, training
+        deadline = time.monotonic() + 60  # spawned, imported, their initializer run (SIGINT ignored), then training
+        while time.monotonic() < deadline:
+            workers = _group(p.pid, "spawn_main")
+            if len(workers) == 2 and all(_ignores_sigint(pid) for pid in workers):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
         assert len(_group(p.pid, "spawn_main")) == 2, "both workers should be running"
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
@@ -242,6 +248,15 @@ def _sigint_state(pid: int) -> str:
         if int(fields[key].strip(), 16) >> (signal.SIGINT - 1) & 1:
             return state
     return "default"
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (the SigIgn bit, whatever its mask says)."""
+    try:
+        fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status") if ":" in line)
+    except FileNotFoundError:
+        return False
+    return bool(int(fields["SigIgn"].strip(), 16) >> (signal.SIGINT - 1) & 1)
 
 
 def test_ctrl_c_while_the_workers_still_import_is_one_line_too(tmp_path):

@@ -189,7 +189,7 @@ def test_a_broker_that_stops_answering_stops_the_streamer_in_bounded_time_and_th
     broker = private_broker
     model = KDSM.load(tiny_model_dir, device="cpu")
     s = make_settings(broker.url, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
-    s.kafka.delivery, s.kafka.delivery_timeout_s = delivery, 3.0
+    s.kafka.delivery, s.kafka.delivery_timeout_s = delivery, 2.0
     if delivery == "exactly_once":
         s.kafka.transactional_id = f"tx-{unique}"
     create_topics(s)
