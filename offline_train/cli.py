@@ -11,6 +11,7 @@ import json
 import sys
 
 from .config import load_settings
+from .published import METHOD_NAMES, published_sections
 
 
 def register(sub: argparse._SubParsersAction, settings_cls) -> None:
@@ -22,7 +23,12 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--features", nargs="+", help="feature columns, in order (default: all numeric non-id columns)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
     p.add_argument("--steps", type=int, help="fixed number of optimiser steps (overrides the profile)")
-    p.add_argument("--no-ema", action="store_true", help="turn off EMA-teacher filtering (clean training data)")
+    p.add_argument("--method", choices=METHOD_NAMES, default="default",
+                   help="what to train: the default (for contaminated history: the refinement and the three-part score) "
+                        "or a published method by name; kdsm is the one for history known to be clean (every row "
+                        "learnt, the network's score alone; as configs/clean-history.yaml)")
+    p.add_argument("--no-ema", action="store_true", help="turn off the EMA-teacher filter only (the default's refinement "
+                                                         "still trims; for clean history use --method kdsm)")
     p.add_argument("--seed", type=int, help="random seed")
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -56,6 +62,9 @@ def _train(a, settings_cls) -> int:
 
     s = load_settings(settings_cls, a.config)
     # CLI flags are the highest-priority overrides; validate_assignment checks them.
+    if a.method != "default":
+        for section, value in published_sections(a.method, s).items():
+            setattr(s, section, value)
     if a.features:
         s.data.features = a.features
     if a.profile:

@@ -94,7 +94,8 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
         else:
             rounds = "no rounds: the network learns the core only"
         log(f"refined: contamination estimate {r['contamination_estimate']:.1%} (isolation forest); "
-            f"warm start on the {r['start_keep']:.0%} core, {rounds}")
+            f"warm start on the {r['start_keep']:.0%} core, {rounds} (history known to be clean: --method kdsm learns "
+            "every row)")
     if det.blend_ is not None and det.neighbours_ is not None:
         n = det.neighbours_.shape
         log(f"score: the blend of the network's score, an isolation forest's and the distance to the k-th nearest (k {n['k']}) "

@@ -1,6 +1,7 @@
 """`kdsm train` / `kdsm score` end to end on small Parquet files, and their clear errors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -159,3 +160,31 @@ def test_train_shows_its_phases_when_not_on_a_tty(small_parquet, tmp_path, capsy
     assert found == sorted(found)
     steps = [line for line in lines if line.startswith("training: step ")]
     assert 2 <= len(steps) <= 10 and steps[-1].startswith("training: step 200/200 (100%)")
+
+
+def test_method_trains_a_published_method_by_name(small_parquet, tiny_config, tmp_path, capsys):
+    """``--method kdsm`` (history known to be clean) learns every row and scores with the network alone; the default
+    refines, blends and says how to train on clean history; ``--method dsm-ema`` has one sigma and the teacher."""
+    out = {m: tmp_path / m for m in ("default", "kdsm", "dsm-ema")}
+    logs = {}
+    for method, path in out.items():
+        assert main(["train", "--data", str(small_parquet), "--out", str(path), "--config", str(tiny_config),
+                     "--method", method]) == 0
+        logs[method] = capsys.readouterr().out
+    default, kdsm, dsm_ema = (KDSM.load(out[m], device="cpu") for m in out)
+    assert default.blend_ is not None and default.neighbours_ is not None and default.train_summary_.refine
+    assert "refined:" in logs["default"] and "--method kdsm" in logs["default"]
+    assert kdsm.blend_ is None and kdsm.neighbours_ is None and not kdsm.train_summary_.refine
+    assert kdsm.train_summary_.filtered_fraction is None and "refined:" not in logs["kdsm"]
+    assert len(set(kdsm.sigmas_.round(6))) > 1  # kurtosis sigmas, one per feature
+    assert dsm_ema.blend_ is None and not dsm_ema.train_summary_.refine
+    assert dsm_ema.train_summary_.filtered_fraction is not None and len(set(dsm_ema.sigmas_.round(6))) == 1
+    # The same settings as the bench's method of that name (one code path) and as configs/clean-history.yaml.
+    from offline_train.config import load_settings
+    from offline_train.evaluation.methods import make_kdsm
+    from streamer.config import Settings
+
+    clean = load_settings(Settings, Path(__file__).resolve().parents[1] / "configs" / "clean-history.yaml")
+    trained = {k: v for k, v in kdsm.get_params().items() if k in ("sigma", "ema", "refine", "score")}
+    assert trained == {k: v for k, v in make_kdsm("kdsm", Settings(), seed=0).get_params().items() if k in trained}
+    assert trained == {k: getattr(clean, k) for k in trained}

@@ -3,7 +3,8 @@
 Deep methods all go through ``offline_train.detector.KDSM`` (no second
 training path). ``default`` is exactly what ``kdsm train`` ships
 (``KDSM.from_settings`` of the settings, refinement included); the published
-methods keep their names: ``kdsm`` = kurtosis sigmas, ``dsm`` = one global
+methods keep their names (``offline_train.published``, what ``kdsm train
+--method NAME`` trains): ``kdsm`` = kurtosis sigmas, ``dsm`` = one global
 sigma, ``-ema`` adds the EMA-teacher filter, all without the refinement of
 ``offline_train.refine`` and scored by the network alone (no blend with the
 isolation forest, ``offline_train.blend``). Calibration is in-sample (holdout 0):
@@ -34,16 +35,10 @@ import numpy as np
 
 from ..config import CalibrationConfig
 from ..detector import KDSM
+from ..published import METHOD_NAMES, published_sections
 from ..scaler import Scaler
 
-# name -> (sigma mode, EMA teacher on); the published methods (``default`` is the settings as given)
-PAPER_METHODS: dict[str, tuple[str, bool]] = {
-    "kdsm": ("kurtosis", False),
-    "dsm": ("global", False),
-    "kdsm-ema": ("kurtosis", True),
-    "dsm-ema": ("global", True),
-}
-DEEP_METHODS = ("default", *PAPER_METHODS)
+DEEP_METHODS = METHOD_NAMES  # ``default`` and the published methods (``offline_train.published``)
 EXTRA_BASELINES = ("pca", "ocsvm", "cblof", "hbos", "copod", "loda", "mcd", "inne", "gmm")
 BASELINES = ("knn", "iforest", "lof", "ecod", *EXTRA_BASELINES)
 METHODS = tuple(DEEP_METHODS) + BASELINES
@@ -89,13 +84,7 @@ def make_kdsm(name: str, settings, seed: int) -> KDSM:
     """
     det = KDSM.from_settings(settings).set_params(
         train=settings.train.model_copy(update={"seed": seed}), calibration=CalibrationConfig(holdout=0.0))
-    if name == "default":
-        return det
-    mode, ema = PAPER_METHODS[name]
-    return det.set_params(sigma=settings.sigma.model_copy(update={"mode": mode}),
-                          ema=settings.ema.model_copy(update={"enabled": ema}),
-                          refine=settings.refine.model_copy(update={"enabled": False}),
-                          score=settings.score.model_copy(update={"isolation_forest": False, "knn": False}))
+    return det if name == "default" else det.set_params(**published_sections(name, settings))
 
 
 def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler, settings, seed: int) -> FitResult:
