@@ -94,7 +94,7 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
         else:
             rounds = "no rounds: the network learns the core only"
         log(f"refined: contamination estimate {r['contamination_estimate']:.1%} (isolation forest); "
-            f"warm start on the {r['start_keep']:.0%} core, {rounds} (history known to be clean: --method kdsm learns "
+            f"warm start on the {r['start_keep']:.0%} core, {rounds} (history known to be clean: kdsm train --method kdsm learns "
             "every row)")
     if det.blend_ is not None and det.neighbours_ is not None:
         n = det.neighbours_.shape
