@@ -27,7 +27,8 @@ def agreement(d) -> dict:
     for a, b in PAIRS:
         x, y = d[PARTS[a]], d[PARTS[b]]
         out[f"Spearman {a}-{b}"] = spearmanr(x, y)[0]
-        out[f"top-10% Jaccard {a}-{b}"] = len(top(x) & top(y)) / len(top(x) | top(y))
+        tx, ty = top(x), top(y)
+        out[f"top-10% Jaccard {a}-{b}"] = len(tx & ty) / len(tx | ty)
     return out
 
 
