@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set up, start a Tansu broker, Redis and SeaweedFS (S3) on free loopback ports, run pytest, stop them.
-# Extra arguments go to pytest (e.g. -k decode, -x; -n 0 runs every test in this one process).
+# Extra arguments go to pytest (e.g. -k decode, -x); a later -n overrides the two workers (-n 0: one process).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash deploy/local/setup.sh
@@ -15,4 +15,4 @@ export KDSM_TEST_KAFKA="127.0.0.1:$kport" KDSM_TEST_REDIS="redis://127.0.0.1:$rp
 
 # Two pytest-xdist workers, each taking a whole test file at a time (a file's tests share their module's fixtures and
 # order): most of the suite waits on the real servers (kills, restarts, timeouts, rebalances), not on the CPU.
-python3 -m pytest -n "${KDSM_TEST_WORKERS:-2}" --dist loadfile "$@"
+python3 -m pytest -n 2 --dist loadfile "$@"
