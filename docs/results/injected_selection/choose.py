@@ -1,6 +1,6 @@
 """Pick one part per training set by how well it ranks injected rows above the training rows (thirty-third pass).
 
-Reads the per-row files of ``inject.py`` (one folder per set of tasks) and prints, per folder and over all, the mean
+Reads the per-row files of ``inject.py`` (one folder per set of tasks) and prints, per folder, the mean
 AUC-PR / AUC-ROC on the test rows of: the default (the blend), each part alone, each label-free choice, and the label
 oracle that picks the best candidate per file. Labels feed the report only. Usage:
     python3 docs/results/injected_selection/choose.py runs/inj [runs/inj_small ...] > summary.txt
