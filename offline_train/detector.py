@@ -158,6 +158,8 @@ class KDSM(BaseEstimator):
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or len(X) < 2:
             raise ValueError(f"X must be a 2-D array with at least 2 rows, got shape {X.shape}")
+        if X.shape[1] < 1:  # before any part is built (scikit-learn's wording, which its estimator checks expect)
+            raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
         if not np.isfinite(X).all():
             raise ValueError("X contains NaN or infinite values")
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]

@@ -6,6 +6,8 @@ follows PyOD, 1 = outlier) and pickling (the artifact is the persistence
 format; nothing is unpickled on a load path).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -65,3 +67,10 @@ def test_works_in_a_pipeline():
     X = np.random.default_rng(1).normal(size=(200, 3))
     pipe = make_pipeline(FunctionTransformer(np.abs), tiny()).fit(X)
     assert pipe.decision_function(X[:5]).shape == (5,)
+
+
+def test_rows_without_columns_are_refused_before_any_part_is_built():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns on a zero-width layer: nothing may be built first
+        with pytest.raises(ValueError, match="0 feature\\(s\\) \\(shape=\\(12, 0\\)\\)"):
+            tiny().fit(np.zeros((12, 0)))
