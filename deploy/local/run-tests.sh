@@ -15,4 +15,5 @@ export KDSM_TEST_KAFKA="127.0.0.1:$kport" KDSM_TEST_REDIS="redis://127.0.0.1:$rp
 
 # Two pytest-xdist workers, each taking a whole test file at a time (a file's tests share their module's fixtures and
 # order): most of the suite waits on the real servers (kills, restarts, timeouts, rebalances), not on the CPU.
-python3 -m pytest -n 2 --dist loadfile "$@"
+# -p no:benchmark: a pytest-benchmark installed on the machine (not ours, no test uses it) warns under xdist.
+python3 -m pytest -n 2 --dist loadfile -p no:benchmark "$@"
