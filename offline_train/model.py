@@ -130,7 +130,7 @@ def auto_precision(device: torch.device) -> str:
     On the CPU bf16 is the measured speed-up (2.3x the fp32 steps/s on AVX-512 BF16). On CUDA a step of
     these networks (512x6, batches of 128) is bound by kernel launches, not arithmetic, and autocast's
     casts add launches: on an H200 bf16 ran at 0.84x and 0.87x fp32's steps/s with the teacher, in two
-    runs of ``kdsm bench train`` (README "The GPU check again"). ``precision: bf16`` still forces it.
+    runs of ``kdsm bench train`` (docs/benchmarks.md, "The GPU check again"). ``precision: bf16`` still forces it.
 
     >>> auto_precision(torch.device("cuda"))
     'fp32'
