@@ -14,29 +14,31 @@ import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 CANDIDATES = ("blend", "net", "forest", "knn")
-RULES = {"all three kinds": ("global", "dependency", "local"), "dependency and local": ("dependency", "local"),
+KINDS = ("global", "dependency", "local")  # the keys of inject.py's ``injected``
+RULES = {"all three kinds": KINDS, "dependency and local": ("dependency", "local"),
          "dependency": ("dependency",), "local": ("local",),
          "global": ("global",)}  # added after the first four were read: the mass-volume criterion's uniform rows
 
 
-def injected_auc(z, cand: str, kinds) -> float:
-    train = z[f"{cand}_train"]
-    return float(np.mean([roc_auc_score(np.r_[np.zeros(len(train)), np.ones(len(z[f"{cand}_{k}"]))],
-                                        np.r_[train, z[f"{cand}_{k}"]]) for k in kinds]))
+def injected_auc(z, cand: str, kind: str) -> float:
+    """ROC AUC of candidate ``cand``'s scores: the injected rows of ``kind`` against the training rows."""
+    train, injected = z[f"{cand}_train"], z[f"{cand}_{kind}"]
+    return float(roc_auc_score(np.r_[np.zeros(len(train)), np.ones(len(injected))], np.r_[train, injected]))
 
 
 def report(files: list[Path]) -> None:
-    rows, seen = {}, {c: {k: [] for k in RULES["all three kinds"]} for c in CANDIDATES}
+    rows, seen = {}, {c: {k: [] for k in KINDS} for c in CANDIDATES}
     for f in files:
         z = np.load(f)
         test = {c: (average_precision_score(z["y_test"], z[f"{c}_test"]), roc_auc_score(z["y_test"], z[f"{c}_test"]))
                 for c in CANDIDATES}
         r = {c: test[c] for c in CANDIDATES}
+        by_kind = {c: {k: injected_auc(z, c, k) for k in KINDS} for c in CANDIDATES}  # once per file
         for c in CANDIDATES:
-            for k in RULES["all three kinds"]:
-                seen[c][k].append(injected_auc(z, c, (k,)))
+            for k in KINDS:
+                seen[c][k].append(by_kind[c][k])
         for name, kinds in RULES.items():
-            auc = {c: injected_auc(z, c, kinds) for c in CANDIDATES}
+            auc = {c: np.mean([by_kind[c][k] for k in kinds]) for c in CANDIDATES}
             pick = max(CANDIDATES, key=lambda c: (auc[c], c == "blend"))
             r[f"choice: {name}"] = test[pick] + (pick,)
         r["oracle (labels)"] = max(test.values(), key=lambda t: t[0] + t[1])

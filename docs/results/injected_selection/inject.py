@@ -23,8 +23,6 @@ from perrow import trainings  # noqa: E402
 from offline_train.config import TrainSettings  # noqa: E402
 from offline_train.evaluation.methods import make_kdsm  # noqa: E402
 
-KINDS = ("global", "dependency", "local")
-
 
 def injected(X: np.ndarray, seed: int, rows: int = 1000) -> dict[str, np.ndarray]:
     """Rows made from the training rows X alone (raw units), ``rows`` of each kind (fewer on small data):
