@@ -38,10 +38,9 @@ from ..detector import KDSM
 from ..published import METHOD_NAMES, published_sections
 from ..scaler import Scaler
 
-DEEP_METHODS = METHOD_NAMES  # ``default`` and the published methods (``offline_train.published``)
 EXTRA_BASELINES = ("pca", "ocsvm", "cblof", "hbos", "copod", "loda", "mcd", "inne", "gmm")
 BASELINES = ("knn", "iforest", "lof", "ecod", *EXTRA_BASELINES)
-METHODS = tuple(DEEP_METHODS) + BASELINES
+METHODS = METHOD_NAMES + BASELINES  # ``default`` and the published methods first
 
 
 @dataclass
@@ -93,7 +92,7 @@ def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler
         raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
     t0, c0 = time.perf_counter(), time.process_time()
     info: dict = {}
-    if name in DEEP_METHODS:
+    if name in METHOD_NAMES:
         det = make_kdsm(name, settings, seed).fit(X_train, scaler=scaler)
         fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
         t1 = time.perf_counter()
