@@ -14,8 +14,9 @@ Baselines are PyOD with its defaults except the protocol's choices: KNN with
 k=5 and the largest-distance score, IForest, LOF with 20 neighbours, ECOD.
 They see the same standardised rows the deep methods see. The wider set
 (``EXTRA_BASELINES``: the rest of ADBench's classical detectors, PCA, OCSVM,
-CBLOF, HBOS, COPOD, LODA and MCD, plus INNE and a one-component GMM, all at
-PyOD's defaults, seeded where they draw) runs only when named in ``--methods``.
+CBLOF, HBOS, COPOD, LODA and MCD, plus INNE, a one-component GMM and DIF, the
+deep isolation forest of Xu et al. (2023), all at PyOD's defaults, seeded where
+they draw) runs only when named in ``--methods``.
 
 >>> import numpy as np
 >>> from offline_train.config import TrainSettings
@@ -29,6 +30,7 @@ PyOD's defaults, seeded where they draw) runs only when named in ``--methods``.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +40,7 @@ from ..detector import KDSM
 from ..published import METHOD_NAMES, published_sections
 from ..scaler import Scaler
 
-EXTRA_BASELINES = ("pca", "ocsvm", "cblof", "hbos", "copod", "loda", "mcd", "inne", "gmm")
+EXTRA_BASELINES = ("pca", "ocsvm", "cblof", "hbos", "copod", "loda", "mcd", "inne", "gmm", "dif")
 BASELINES = ("knn", "iforest", "lof", "ecod", *EXTRA_BASELINES)
 METHODS = METHOD_NAMES + BASELINES  # ``default`` and the published methods first
 
@@ -63,6 +65,7 @@ def _baseline(name: str, seed: int, X: np.ndarray):
         "cblof": ("cblof", "CBLOF", {"random_state": seed}), "hbos": ("hbos", "HBOS", {}), "copod": ("copod", "COPOD", {}),
         "loda": ("loda", "LODA", {"random_state": seed}), "mcd": ("mcd", "MCD", {"random_state": seed}),
         "inne": ("inne", "INNE", {"random_state": seed}), "gmm": ("gmm", "GMM", {"random_state": seed}),
+        "dif": ("dif", "DIF", {"random_state": seed}),
     }[name]
     if name == "pca":
         kwargs = {**kwargs, "n_components": _rank(X)}
@@ -103,8 +106,11 @@ def fit_score(name: str, X_train: np.ndarray, X_test: np.ndarray, scaler: Scaler
                 "kept_fraction": ts.refine["keep"] if ts.refine else None}
     else:
         Z = scaler.transform(X_train)
-        model = _baseline(name, seed, Z).fit(Z)
-        fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
-        t1 = time.perf_counter()
-        scores = model.decision_function(scaler.transform(X_test))
+        with warnings.catch_warnings():
+            # PyOD's DIF asks its DataLoader for pinned memory even on CPU, where torch warns once per batch.
+            warnings.filterwarnings("ignore", message=".*pin_memory.*")
+            model = _baseline(name, seed, Z).fit(Z)
+            fit_s, fit_cpu = time.perf_counter() - t0, time.process_time() - c0
+            t1 = time.perf_counter()
+            scores = model.decision_function(scaler.transform(X_test))
     return FitResult(np.asarray(scores, dtype=np.float64), fit_s, time.perf_counter() - t1, fit_cpu, info)
