@@ -5,7 +5,7 @@ distance from a standardised row to the k-th nearest of a seeded sample of the
 training rows the trained network finds most normal (the share the refinement
 keeps). On contaminated history that set holds few anomalies, so an anomaly
 is far from it even where the network and the forest both miss it
-(docs/contaminated.md, "Twenty-sixth pass"). The reference rows are stored in
+(docs/contaminated-passes.md, "Twenty-sixth pass"). The reference rows are stored in
 the artifact (safetensors, no pickle): a model trained with this part carries
 up to ``score.knn_rows`` standardised training rows.
 

@@ -155,7 +155,7 @@ class Scaler:
     and scaled by 1/sqrt(n), the standard deviation of a column set once in n
     rows: a category never seen in training then stands sqrt(n) units off, where
     unscaled it stood 1 unit off, nearer than a rare category the data holds
-    (``tests/test_features.py``, docs/contaminated.md "Twenty-eighth pass").
+    (``tests/test_features.py``, docs/contaminated-passes.md "Twenty-eighth pass").
     Training rows still hold one value there (0, as ``<unseen>`` always did).
 
     >>> X = np.array([[0., 1.], [0., 0.], [0., 1.], [0., 0.]])

@@ -1,5 +1,5 @@
 """Diagnosis (reads labels, for this report only): does a cross-fitted K-DSM score see the contamination that the
-isolation forest's estimate misses (docs/contaminated.md, "Second pass")?
+isolation forest's estimate misses (docs/contaminated-passes.md, "Second pass")?
 
 For every dataset's training set of the paper split, seed 0, clean (semi) and contaminated (unsup): two K-DSM
 models (the published method: EMA teacher on, refinement off, 800 steps), each trained on one half of the rows and

@@ -1,4 +1,4 @@
-"""Twelfth pass (docs/contaminated.md): choose between the default's two parts per training set, label-free.
+"""Twelfth pass (docs/contaminated-passes.md): choose between the default's two parts per training set, label-free.
 
     python3 docs/results/part_selection/part_selection.py DIR [DIR ...]
 

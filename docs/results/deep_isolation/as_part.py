@@ -1,0 +1,96 @@
+"""Thirty-fourth pass (docs/contaminated-passes.md): DIF, the deep isolation forest, alone and as a fourth part.
+
+Two steps, one script:
+
+    python3 as_part.py fit SETTING SPLIT SEED OUTDIR DATASET.npz ...   # DIF and IForest per row, same split as the bench
+    python3 as_part.py table PER_ROW_DIR OUTDIR TAG                    # against the default's per-row parts
+
+``fit`` fits PyOD's DIF (its defaults, ``random_state=SEED``) and IForest on the bench's split and scaler
+(``make_split``, ``Scaler.fit`` on the split's scaler rows), one torch thread, and saves each row's training and test
+scores. ``table`` reads those files beside the default's per-row files (``../score_space/scorespace.py``: the network,
+forest and k-NN parts of one training of the default) and prints, per dataset and on average, AUC-PR / AUC-ROC of the
+default, IForest, DIF, DIF as a fourth part of the default's score (the larger of four z-scores, each standardised over
+the training rows as ``offline_train/blend.py`` does: the network's and the k-NN part's on the log scale) and DIF in
+the forest's place. Labels are read only for the metrics.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+
+def fit(setting: str, split: str, seed: int, out: str, files: list[str]) -> None:
+    import torch
+    from pyod.models.dif import DIF
+    from pyod.models.iforest import IForest
+
+    from offline_train.data import load_npz
+    from offline_train.evaluation.protocol import make_split
+    from offline_train.scaler import Scaler
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    os.makedirs(out, exist_ok=True)
+    for path in files:
+        name = os.path.basename(path)[:-4]
+        dst = f"{out}/{name}_{setting}_{split}_{seed}.npz"
+        if os.path.exists(dst):
+            continue
+        X, y = load_npz(path)
+        sp = make_split(y, setting, split, seed)
+        scaler = Scaler.fit(X[sp.scaler_idx], False)
+        Xtr, Xte = scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx])
+        res = {"y_test": sp.y_test}
+        for key, model in (("dif", DIF(random_state=seed)), ("iforest", IForest(random_state=seed))):
+            t0 = time.perf_counter()
+            model.fit(Xtr)
+            res[f"{key}_train"], res[f"{key}_test"] = model.decision_function(Xtr), model.decision_function(Xte)
+            res[f"{key}_seconds"] = time.perf_counter() - t0
+        np.savez(dst, **res)
+        print(name, f"dif {res['dif_seconds']:.1f} s, iforest {res['iforest_seconds']:.1f} s", flush=True)
+
+
+def _z(train: np.ndarray, test: np.ndarray, log: bool) -> np.ndarray:
+    if log:
+        train, test = np.log(np.maximum(train, 1e-300)), np.log(np.maximum(test, 1e-300))
+    return (test - train.mean()) / (train.std() + 1e-12)
+
+
+def table(per_row: str, dif_dir: str, tag: str) -> None:
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    results = []
+    for f in sorted(glob.glob(f"{dif_dir}/*_{tag}.npz")):
+        name = os.path.basename(f)[: -len(tag) - 5]
+        g = f"{per_row}/{name}_{tag}.npz"
+        if not os.path.exists(g):
+            continue
+        d, p = np.load(f), np.load(g)
+        y = d["y_test"]
+        assert (y == p["y_test"]).all(), f"{name}: the per-row files are of different splits"
+        zn, zf = _z(p["net_train"], p["net_test"], True), _z(p["forest_train"], p["forest_test"], False)
+        zk, zd = _z(p["knn_train"], p["knn_test"], True), _z(d["dif_train"], d["dif_test"], False)
+        scores = {"default": p["blend_test"], "iforest": d["iforest_test"], "dif": d["dif_test"],
+                  "default + dif": np.maximum.reduce([zn, zf, zk, zd]), "dif for the forest": np.maximum.reduce([zn, zk, zd])}
+        results.append((name, {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}))
+    keys = list(results[0][1])
+    print(f"{'dataset (AUC-PR / AUC-ROC)':28s}" + "".join(f"{k:>20s}" for k in keys))
+    for name, r in results:
+        print(f"{name:28s}" + "".join(f"{r[k][0]:>12.3f} / {r[k][1]:.3f}" for k in keys))
+    print(f"{f'mean ({len(results)} datasets)':28s}"
+          + "".join(f"{np.mean([r[k][0] for _, r in results]):>12.3f} / {np.mean([r[k][1] for _, r in results]):.3f}" for k in keys))
+    for k in keys:
+        ahead = [sum(r[k][i] > r["iforest"][i] for _, r in results) for i in (0, 1)]
+        print(f"{k}: ahead of IForest on {ahead[0]} / {ahead[1]} of {len(results)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "fit":
+        fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:])
+    else:
+        table(sys.argv[2], sys.argv[3], sys.argv[4])
