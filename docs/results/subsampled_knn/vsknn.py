@@ -107,6 +107,8 @@ def table(per_row: str, ens_dir: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
+    if not ((sys.argv[1:2] == ["fit"] and len(sys.argv) >= 10) or (sys.argv[1:2] == ["table"] and len(sys.argv) == 5)):
+        raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
     if sys.argv[1] == "fit":
         fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], int(sys.argv[8]), int(sys.argv[9]))
     else:
