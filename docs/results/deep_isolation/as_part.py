@@ -10,7 +10,7 @@ Two steps, one script:
 scores. ``table`` reads those files beside the default's per-row files (``../score_space/scorespace.py``: the network,
 forest and k-NN parts of one training of the default) and prints, per dataset and on average, AUC-PR / AUC-ROC of the
 default, IForest, DIF, DIF as a fourth part of the default's score (the larger of four z-scores, each standardised over
-the training rows as ``offline_train/blend.py`` does: the network's and the k-NN part's on the log scale) and DIF in
+the training rows as ``offline_train/blend.py`` does: the network's on the log scale, the others as they are) and DIF in
 the forest's place. Labels are read only for the metrics.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ def table(per_row: str, dif_dir: str, tag: str) -> None:
         y = d["y_test"]
         assert (y == p["y_test"]).all(), f"{name}: the per-row files are of different splits"
         zn, zf = _z(p["net_train"], p["net_test"], True), _z(p["forest_train"], p["forest_test"], False)
-        zk, zd = _z(p["knn_train"], p["knn_test"], True), _z(d["dif_train"], d["dif_test"], False)
+        zk, zd = _z(p["knn_train"], p["knn_test"], False), _z(d["dif_train"], d["dif_test"], False)
         scores = {"default": p["blend_test"], "iforest": d["iforest_test"], "dif": d["dif_test"],
                   "default + dif": np.maximum.reduce([zn, zf, zk, zd]), "dif for the forest": np.maximum.reduce([zn, zk, zd])}
         results.append((name, {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}))
