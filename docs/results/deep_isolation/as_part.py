@@ -10,7 +10,7 @@ Two steps, one script:
 scores. ``table`` reads those files beside the default's per-row files (``../score_space/scorespace.py``: the network,
 forest and k-NN parts of one training of the default) and prints, per dataset and on average, AUC-PR / AUC-ROC of the
 default, IForest, DIF, DIF as a fourth part of the default's score (the larger of four z-scores, each standardised over
-the training rows as ``offline_train/blend.py`` does: the network's on the log scale, the others as they are) and DIF in
+the training rows by ``offline_train.blend.Blend``, the fourth as the blend standardises the forest) and DIF in
 the forest's place. Labels are read only for the metrics.
 """
 from __future__ import annotations
@@ -55,14 +55,15 @@ def fit(setting: str, split: str, seed: int, out: str, files: list[str]) -> None
         print(name, f"dif {res['dif_seconds']:.1f} s, iforest {res['iforest_seconds']:.1f} s", flush=True)
 
 
-def _z(train: np.ndarray, test: np.ndarray, log: bool) -> np.ndarray:
-    if log:
-        train, test = np.log(np.maximum(train, 1e-300)), np.log(np.maximum(test, 1e-300))
+def _standardise(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """A new part's z-score, as ``offline_train.blend.Blend`` standardises the forest's: by its training-row moments."""
     return (test - train.mean()) / (train.std() + 1e-12)
 
 
 def table(per_row: str, dif_dir: str, tag: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
+
+    from offline_train.blend import Blend
 
     results = []
     for f in sorted(glob.glob(f"{dif_dir}/*_{tag}.npz")):
@@ -73,8 +74,9 @@ def table(per_row: str, dif_dir: str, tag: str) -> None:
         d, p = np.load(f), np.load(g)
         y = d["y_test"]
         assert (y == p["y_test"]).all(), f"{name}: the per-row files are of different splits"
-        zn, zf = _z(p["net_train"], p["net_test"], True), _z(p["forest_train"], p["forest_test"], False)
-        zk, zd = _z(p["knn_train"], p["knn_test"], False), _z(d["dif_train"], d["dif_test"], False)
+        blend = Blend.fit(p["net_train"], p["forest_train"], p["knn_train"])  # the library's z-scores of the three parts
+        zn, zf, zk = blend.z_scores(p["net_test"], p["forest_test"], p["knn_test"])
+        zd = _standardise(d["dif_train"], d["dif_test"])
         scores = {"default": p["blend_test"], "iforest": d["iforest_test"], "dif": d["dif_test"],
                   "default + dif": np.maximum.reduce([zn, zf, zk, zd]), "dif for the forest": np.maximum.reduce([zn, zk, zd])}
         results.append((name, {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}))

@@ -7,8 +7,8 @@ The default's forest is scikit-learn's (100 trees, each on a sample of ``max_sam
 and Zhou recommend). ``alone`` fits it with 32 to 1,024 rows a tree on the bench's split and scaler (``make_split``,
 ``Scaler.fit``) and prints mean AUC-PR / AUC-ROC over the datasets and seeds 0-2 (and AUC-PR per seed). ``blend``
 reads the default's per-row files (``../score_space/scorespace.py``) and puts a forest of 256, 512 or 1,024 rows a
-tree, fitted on the same training rows, in the blend's forest part (each part standardised over the training rows as
-``offline_train/blend.py`` does; the warm start's core is unchanged, so this measures the scoring part only). The
+tree, fitted on the same training rows, in the blend's forest part (``offline_train.blend.Blend`` fitted on the
+training rows' parts; the warm start's core is unchanged, so this measures the scoring part only). The
 rebuilt 256-row blend equals the stored default to within 1e-3 AUC-PR. Labels are read only for the metrics.
 """
 from __future__ import annotations
@@ -57,14 +57,10 @@ def alone(setting: str, split: str, data: str) -> None:
         print(f"{size:5d} rows a tree: {mean[0]:.3f} / {mean[1]:.3f}   " + " ".join(f"{v:.3f}" for v in per_seed))
 
 
-def _z(train: np.ndarray, test: np.ndarray, log: bool = False) -> np.ndarray:
-    if log:
-        train, test = np.log(np.maximum(train, 1e-300)), np.log(np.maximum(test, 1e-300))
-    return (test - train.mean()) / (train.std() + 1e-12)
-
-
 def blend(per_row: str, data: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
+
+    from offline_train.blend import Blend
 
     rows = {}
     for f in sorted(glob.glob(f"{per_row}/*.npz")):
@@ -73,13 +69,14 @@ def blend(per_row: str, data: str) -> None:
         X_train, X_test, y = _split(f"{data}/{'_'.join(name)}.npz", setting, split, seed)
         p = np.load(f)
         assert (p["y_test"] == y).all(), f"{f}: not the bench's split"
-        zn, zk = _z(p["net_train"], p["net_test"], log=True), _z(p["knn_train"], p["knn_test"])
         scores = {"the default (stored)": p["blend_test"]}
         for size in (256, 512, 1024):
             forest = _forest(X_train, size, seed)
             f_train, f_test = -forest.score_samples(X_train), -forest.score_samples(X_test)
             scores[f"forest of {size}"] = f_test
-            scores[f"blend, forest of {size}"] = np.maximum.reduce([zn, _z(f_train, f_test), zk])
+            # the library's blend, fitted on the training rows' parts with this forest's scores in the forest's place
+            blend = Blend.fit(p["net_train"], f_train, p["knn_train"])
+            scores[f"blend, forest of {size}"] = blend(p["net_test"], f_test, p["knn_test"])
         rows[f] = {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}
     print(f"{per_row}: {len(rows)} files, mean AUC-PR / AUC-ROC")
     for key in next(iter(rows.values())):

@@ -11,8 +11,8 @@ and averaged; the reference of each member is 256 rows (``s256``) or, their "var
 uniformly between 50 and 1,000 rows (``vs``). ``fit`` uses the bench's split and scaler (``make_split``, ``Scaler.fit``)
 of each dataset that has a per-row file of the default (``../score_space/scorespace.py``); ``table`` prints each
 dataset's AUC-PR / AUC-ROC of the default, its forest and k-NN parts, both ensembles, and each ensemble as a fourth part
-(the larger of four z-scores, each standardised over the training rows as ``offline_train/blend.py`` does: the network's
-on the log scale, the others as they are) or in the k-NN part's place.
+(the larger of four z-scores: the default's three from ``offline_train.blend.Blend``, the fourth standardised as the
+blend standardises the forest) or in the k-NN part's place.
 Labels are read only for the metrics.
 """
 from __future__ import annotations
@@ -76,22 +76,24 @@ def fit(setting: str, split: str, seed: int, per_row: str, out: str, data: str, 
         print(name, flush=True)
 
 
-def _z(train: np.ndarray, test: np.ndarray, log: bool = False) -> np.ndarray:
-    if log:
-        train, test = np.log(np.maximum(train, 1e-300)), np.log(np.maximum(test, 1e-300))
+def _standardise(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """A new part's z-score, as ``offline_train.blend.Blend`` standardises the forest's: by its training-row moments."""
     return (test - train.mean()) / (train.std() + 1e-12)
 
 
 def table(per_row: str, ens_dir: str, tag: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
 
+    from offline_train.blend import Blend
+
     results = []
     for f in sorted(glob.glob(f"{ens_dir}/*_{tag}.npz")):
         name = os.path.basename(f)[: -len(tag) - 5]
         e, p = np.load(f), np.load(f"{per_row}/{name}_{tag}.npz")
         y = e["y_test"]
-        zn, zf = _z(p["net_train"], p["net_test"], True), _z(p["forest_train"], p["forest_test"])
-        zk, zv, zs = _z(p["knn_train"], p["knn_test"]), _z(e["vs_train"], e["vs_test"]), _z(e["s256_train"], e["s256_test"])
+        blend = Blend.fit(p["net_train"], p["forest_train"], p["knn_train"])  # the library's z-scores of the three parts
+        zn, zf, zk = blend.z_scores(p["net_test"], p["forest_test"], p["knn_test"])
+        zv, zs = _standardise(e["vs_train"], e["vs_test"]), _standardise(e["s256_train"], e["s256_test"])
         scores = {"default": p["blend_test"], "forest": p["forest_test"], "k-NN part": p["knn_test"], "vs": e["vs_test"],
                   "s256": e["s256_test"], "default + vs": np.maximum.reduce([zn, zf, zk, zv]),
                   "default + s256": np.maximum.reduce([zn, zf, zk, zs]), "vs for k-NN part": np.maximum.reduce([zn, zf, zv])}
