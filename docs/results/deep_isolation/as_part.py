@@ -5,8 +5,8 @@ Two steps, one script:
     python3 as_part.py fit SETTING SPLIT SEED OUTDIR DATASET.npz ...   # DIF and IForest per row, same split as the bench
     python3 as_part.py table PER_ROW_DIR OUTDIR TAG                    # against the default's per-row parts
 
-``fit`` fits PyOD's DIF (its defaults, ``random_state=SEED``) and IForest on the bench's split and scaler
-(``make_split``, ``Scaler.fit`` on the split's scaler rows), one torch thread, and saves each row's training and test
+``fit`` fits DIF and IForest as the bench builds them (``methods._baseline``) on the bench's split and scaler
+(``runner._prepared``), one torch thread, and saves each row's training and test
 scores. ``table`` reads those files beside the default's per-row files (``../score_space/scorespace.py``: the network,
 forest and k-NN parts of one training of the default) and prints, per dataset and on average, AUC-PR / AUC-ROC of the
 default, IForest, DIF, DIF as a fourth part of the default's score (the larger of four z-scores, each standardised over
@@ -26,12 +26,9 @@ import numpy as np
 
 def fit(setting: str, split: str, seed: int, out: str, files: list[str]) -> None:
     import torch
-    from pyod.models.dif import DIF
-    from pyod.models.iforest import IForest
 
-    from offline_train.data import load_npz
-    from offline_train.evaluation.protocol import make_split
-    from offline_train.scaler import Scaler
+    from offline_train.evaluation.methods import _baseline
+    from offline_train.evaluation.runner import _prepared
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*pin_memory.*")
@@ -41,14 +38,12 @@ def fit(setting: str, split: str, seed: int, out: str, files: list[str]) -> None
         dst = f"{out}/{name}_{setting}_{split}_{seed}.npz"
         if os.path.exists(dst):
             continue
-        X, y = load_npz(path)
-        sp = make_split(y, setting, split, seed)
-        scaler = Scaler.fit(X[sp.scaler_idx], False)
+        X, sp, scaler = _prepared(path, setting, split, seed, False)  # the bench's split and scaler
         Xtr, Xte = scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx])
         res = {"y_test": sp.y_test}
-        for key, model in (("dif", DIF(random_state=seed)), ("iforest", IForest(random_state=seed))):
+        for key in ("dif", "iforest"):
             t0 = time.perf_counter()
-            model.fit(Xtr)
+            model = _baseline(key, seed, Xtr).fit(Xtr)  # the bench's own construction of each baseline
             res[f"{key}_train"], res[f"{key}_test"] = model.decision_function(Xtr), model.decision_function(Xte)
             res[f"{key}_seconds"] = time.perf_counter() - t0
         np.savez(dst, **res)

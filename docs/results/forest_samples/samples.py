@@ -4,8 +4,8 @@
     python3 samples.py blend PER_ROW_DIR DATA_DIR      # the default's blend with a forest of each size as its part
 
 The default's forest is scikit-learn's (100 trees, each on a sample of ``max_samples`` = 256 rows, the size Liu, Ting
-and Zhou recommend). ``alone`` fits it with 32 to 1,024 rows a tree on the bench's split and scaler (``make_split``,
-``Scaler.fit``) and prints mean AUC-PR / AUC-ROC over the datasets and seeds 0-2 (and AUC-PR per seed). ``blend``
+and Zhou recommend). ``alone`` fits it with 32 to 1,024 rows a tree on the bench's split and scaler (``runner._prepared``)
+and prints mean AUC-PR / AUC-ROC over the datasets and seeds 0-2 (and AUC-PR per seed). ``blend``
 reads the default's per-row files (``../score_space/scorespace.py``) and puts a forest of 256, 512 or 1,024 rows a
 tree, fitted on the same training rows, in the blend's forest part (``offline_train.blend.Blend`` fitted on the
 training rows' parts; the warm start's core is unchanged, so this measures the scoring part only). The
@@ -23,13 +23,10 @@ SIZES = (32, 64, 128, 256, 512, 1024)
 
 
 def _split(path: str, setting: str, split: str, seed: int):
-    from offline_train.data import load_npz
-    from offline_train.evaluation.protocol import make_split
-    from offline_train.scaler import Scaler
+    """Standardised training and test rows and test labels: the bench's split and scaler (``runner._prepared``)."""
+    from offline_train.evaluation.runner import _prepared
 
-    X, y = load_npz(path)
-    sp = make_split(y, setting, split, seed)
-    scaler = Scaler.fit(X[sp.scaler_idx], False)
+    X, sp, scaler = _prepared(path, setting, split, seed, False)
     return scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx]), sp.y_test
 
 

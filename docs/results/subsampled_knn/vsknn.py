@@ -8,7 +8,7 @@ a k-NN distance over many small random subsamples of the training rows: a small 
 come in groups, the way an isolation forest's 256-row samples do, without first deciding which rows are normal. Two
 forms, fixed before they were measured: 25 members, k = 5, each member's distances standardised over the training rows
 and averaged; the reference of each member is 256 rows (``s256``) or, their "variable subsampling", a size drawn
-uniformly between 50 and 1,000 rows (``vs``). ``fit`` uses the bench's split and scaler (``make_split``, ``Scaler.fit``)
+uniformly between 50 and 1,000 rows (``vs``). ``fit`` uses the bench's split and scaler (``runner._prepared``)
 of each dataset that has a per-row file of the default (``../score_space/scorespace.py``); ``table`` prints each
 dataset's AUC-PR / AUC-ROC of the default, its forest and k-NN parts, both ensembles, and each ensemble as a fourth part
 (the larger of four z-scores: the default's three from ``offline_train.blend.Blend``, the fourth standardised as the
@@ -52,9 +52,7 @@ def ensemble(X_train: np.ndarray, X_test: np.ndarray, rng: np.random.Generator, 
 def fit(setting: str, split: str, seed: int, per_row: str, out: str, data: str, worker: int, workers: int) -> None:
     import torch
 
-    from offline_train.data import load_npz
-    from offline_train.evaluation.protocol import make_split
-    from offline_train.scaler import Scaler
+    from offline_train.evaluation.runner import _prepared
 
     torch.set_num_threads(1)
     os.makedirs(out, exist_ok=True)
@@ -64,10 +62,8 @@ def fit(setting: str, split: str, seed: int, per_row: str, out: str, data: str, 
         dst = f"{out}/{name}_{tag}.npz"
         if os.path.exists(dst):
             continue
-        X, y = load_npz(f"{data}/{name}.npz")
-        sp = make_split(y, setting, split, seed)
+        X, sp, scaler = _prepared(f"{data}/{name}.npz", setting, split, seed, False)  # the bench's split and scaler
         assert (np.load(f)["y_test"] == sp.y_test).all(), f"{name}: not the per-row file's split"
-        scaler = Scaler.fit(X[sp.scaler_idx], False)
         X_train, X_test = scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx])
         res = {"y_test": sp.y_test}
         for key, variable in (("vs", True), ("s256", False)):
