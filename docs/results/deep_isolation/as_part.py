@@ -61,7 +61,10 @@ def table(per_row: str, dif_dir: str, tag: str) -> None:
     from offline_train.blend import Blend
 
     results = []
-    for f in sorted(glob.glob(f"{dif_dir}/*_{tag}.npz")):
+    files = sorted(glob.glob(f"{dif_dir}/*_{tag}.npz"))
+    if not files:
+        raise ValueError(f"no {dif_dir}/*_{tag}.npz files")
+    for f in files:
         name = os.path.basename(f)[: -len(tag) - 5]
         g = f"{per_row}/{name}_{tag}.npz"
         if not os.path.exists(g):
@@ -89,7 +92,10 @@ def table(per_row: str, dif_dir: str, tag: str) -> None:
 if __name__ == "__main__":
     if not ((sys.argv[1:2] == ["fit"] and len(sys.argv) >= 7) or (sys.argv[1:2] == ["table"] and len(sys.argv) == 5)):
         raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
-    if sys.argv[1] == "fit":
-        fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:])
-    else:
-        table(sys.argv[2], sys.argv[3], sys.argv[4])
+    try:
+        if sys.argv[1] == "fit":
+            fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:])
+        else:
+            table(sys.argv[2], sys.argv[3], sys.argv[4])
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file, a bad number: one line, no traceback
+        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None

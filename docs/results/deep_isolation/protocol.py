@@ -41,4 +41,7 @@ def main(split: str, files: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] not in ("paper", "clean"):
         raise SystemExit("usage: python3 protocol.py paper|clean RESULTS.csv ...")
-    main(sys.argv[1], sys.argv[2:])
+    try:
+        main(sys.argv[1], sys.argv[2:])
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable CSV: one line, no traceback
+        raise SystemExit(f"protocol.py: {e}") from None

@@ -40,13 +40,15 @@ def alone(setting: str, split: str, data: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
 
     results = {}
-    for path in sorted(glob.glob(f"{data}/*.npz")):
+    paths = sorted(glob.glob(f"{data}/*.npz"))
+    if not paths:
+        raise ValueError(f"no {data}/*.npz files")
+    for path in paths:
         for seed in (0, 1, 2):
             X_train, X_test, y = _split(path, setting, split, seed)
             for size in SIZES:
                 s = -_forest(X_train, size, seed).score_samples(X_test)
                 results[(path, seed, size)] = (average_precision_score(y, s), roc_auc_score(y, s))
-    paths = sorted({k[0] for k in results})
     print(f"{setting} {split}, {len(paths)} datasets x seeds 0-2: mean AUC-PR / AUC-ROC; AUC-PR per seed")
     for size in SIZES:
         mean = np.mean([results[(p, s, size)] for p in paths for s in (0, 1, 2)], axis=0)
@@ -60,7 +62,10 @@ def blend(per_row: str, data: str) -> None:
     from offline_train.blend import Blend
 
     rows = {}
-    for f in sorted(glob.glob(f"{per_row}/*.npz")):
+    files = sorted(glob.glob(f"{per_row}/*.npz"))
+    if not files:
+        raise ValueError(f"no {per_row}/*.npz files")
+    for f in files:
         *name, setting, split, seed = os.path.basename(f)[:-4].split("_")
         seed = int(seed)
         X_train, X_test, y = _split(f"{data}/{'_'.join(name)}.npz", setting, split, seed)
@@ -81,9 +86,12 @@ def blend(per_row: str, data: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["alone"] and len(sys.argv) == 5:
-        alone(sys.argv[2], sys.argv[3], sys.argv[4])
-    elif sys.argv[1:2] == ["blend"] and len(sys.argv) == 4:
-        blend(sys.argv[2], sys.argv[3])
-    else:
+    if not ((sys.argv[1:2] == ["alone"] and len(sys.argv) == 5) or (sys.argv[1:2] == ["blend"] and len(sys.argv) == 4)):
         raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
+    try:
+        if sys.argv[1] == "alone":
+            alone(*sys.argv[2:])
+        else:
+            blend(*sys.argv[2:])
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file, a bad setting: one line, no traceback
+        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None

@@ -57,7 +57,10 @@ def fit(setting: str, split: str, seed: int, per_row: str, out: str, data: str, 
     torch.set_num_threads(1)
     os.makedirs(out, exist_ok=True)
     tag = f"{setting}_{split}_{seed}"
-    for f in sorted(glob.glob(f"{per_row}/*_{tag}.npz"))[worker::workers]:
+    files = sorted(glob.glob(f"{per_row}/*_{tag}.npz"))
+    if not files:
+        raise ValueError(f"no {per_row}/*_{tag}.npz files")
+    for f in files[worker::workers]:
         name = os.path.basename(f)[: -len(tag) - 5]
         dst = f"{out}/{name}_{tag}.npz"
         if os.path.exists(dst):
@@ -83,7 +86,10 @@ def table(per_row: str, ens_dir: str, tag: str) -> None:
     from offline_train.blend import Blend
 
     results = []
-    for f in sorted(glob.glob(f"{ens_dir}/*_{tag}.npz")):
+    files = sorted(glob.glob(f"{ens_dir}/*_{tag}.npz"))
+    if not files:
+        raise ValueError(f"no {ens_dir}/*_{tag}.npz files")
+    for f in files:
         name = os.path.basename(f)[: -len(tag) - 5]
         e, p = np.load(f), np.load(f"{per_row}/{name}_{tag}.npz")
         y = e["y_test"]
@@ -108,7 +114,10 @@ def table(per_row: str, ens_dir: str, tag: str) -> None:
 if __name__ == "__main__":
     if not ((sys.argv[1:2] == ["fit"] and len(sys.argv) >= 10) or (sys.argv[1:2] == ["table"] and len(sys.argv) == 5)):
         raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
-    if sys.argv[1] == "fit":
-        fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], int(sys.argv[8]), int(sys.argv[9]))
-    else:
-        table(sys.argv[2], sys.argv[3], sys.argv[4])
+    try:
+        if sys.argv[1] == "fit":
+            fit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], int(sys.argv[8]), int(sys.argv[9]))
+        else:
+            table(sys.argv[2], sys.argv[3], sys.argv[4])
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file, a bad number: one line, no traceback
+        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
