@@ -14,7 +14,8 @@ is what ``kdsm train`` ships (``score.isolation_forest``, on by default).
 
 Each part is standardised by its own mean and standard deviation over the
 training rows (the network's score on the log scale, where it is close to
-symmetric; the forest's score s in (0, 1] as it is), and the larger of the two
+symmetric; the forest's score as it is: its density reading by default,
+``score.forest_metric``), and the larger of the two
 z-scores is mapped back onto the network's log scale:
 
     score = exp(mu + sd * max(z_network, z_forest))
@@ -26,7 +27,7 @@ column was always 0, is invisible to it; averaged, none of 15 such events
 alerted in ``tests/test_stream_mixed.py``). The score is in the network's
 units: positive, equal to ``||f(x)||`` wherever the network's part is the
 larger, and still rising for rows far outside the data (the forest's part is
-bounded, the network's is not; the k-NN part's exponent grows logarithmically
+bounded by its leaves' values, the network's is not; the k-NN part's exponent grows logarithmically
 past e^100, so the score stays finite). Explanations come from the
 network's part (``KDSM.explain``); alerts also carry both parts.
 

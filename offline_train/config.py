@@ -149,6 +149,7 @@ class ScoreConfig(Section):
     """What a row's anomaly score is (``offline_train.blend``)."""
 
     isolation_forest: bool = Field(True, description="blend the network's score with an isolation forest's, fitted on the same training rows (the larger of the two z-scores, on the network's scale; explanations from the network); false = the network's score alone (the published method)")
+    forest_metric: Literal["density", "depth"] = Field("density", description="how the blend's forest part reads its trees: density = each leaf's share of the sample over its share of the volume (isotree's density metric; issue 11, thirty-seventh pass); depth = the isolation depth (scikit-learn's score, the default before); the warm start ranks by depth either way")
     knn: bool = Field(True, description="a third part of the blend: the distance to the k-th nearest of a sample of the training rows the network keeps (offline_train.neighbours); the artifact then carries those rows, standardised; false = two parts, no training rows in the artifact; off by itself where isolation_forest is off")
     knn_k: int = Field(10, ge=1, description="k of the k-NN part: the distance to the k-th nearest reference row")
     knn_rows: int = Field(512, ge=2, le=65536, description="at most this many kept training rows (a seeded sample) are the k-NN part's reference; its scoring cost grows with them")

@@ -77,7 +77,7 @@ class ScoreParts:
     scores: np.ndarray  # the anomaly score (the blend, or the network's score alone)
     outputs: np.ndarray  # f(x), the network's raw outputs (n, d): the explanations' source
     network: np.ndarray  # ||f(x)||, the network's score
-    forest: np.ndarray | None  # the isolation forest's score s in (0, 1], where the blend is on
+    forest: np.ndarray | None  # the isolation forest's score (score.forest_metric), where the blend is on
     knn: np.ndarray | None = None  # the distance to the k-th nearest kept training row, where score.knn is on
 
 
@@ -282,7 +282,7 @@ class KDSM(BaseEstimator):
         if self.score_config.isolation_forest:
             # The warm start's forest where there is one: fitted on these rows with this seed either way.
             forest = refine.warm_.forest_ if refine is not None else fit_forest(Z, t.seed)
-            self.forest_ = IsolationScorer.from_forest(forest).to(self.device_)
+            self.forest_ = IsolationScorer.from_forest(forest, Z, self.score_config.forest_metric).to(self.device_)
             parts = self.score_parts(train_X)
             knn = None
             if self.score_config.knn:
@@ -469,7 +469,7 @@ class KDSM(BaseEstimator):
             det = cls(sigma=SigmaConfig(**meta["sigma_config"]), model=ModelConfig(**mc),
                       ema=EMAConfig(**meta["ema_config"]),
                       refine=RefineConfig(**meta.get("refine_config", {"enabled": False})),
-                      score=ScoreConfig(**{"isolation_forest": False, "knn": False, **meta.get("score_config", {})}), train=OptimConfig(**{**meta["train_config"], "device": device}),
+                      score=ScoreConfig(**{"isolation_forest": False, "knn": False, "forest_metric": "depth", **meta.get("score_config", {})}), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
             det.feature_names_ = list(meta["features"])
             det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None

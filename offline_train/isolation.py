@@ -19,6 +19,19 @@ True
 Why it matches exactly: scikit-learn compares float32 features with float64
 thresholds; each threshold is stored as the largest float32 not above it,
 which makes ``x <= t`` the same test for every float32 ``x``.
+
+The same trees can be read by *density* instead of depth (``metric="density"``,
+isotree's ``scoring_metric="density"``; issue 11, thirty-seventh pass): a leaf
+scores ``-log(share of the tree's sample in the leaf / share of the volume the
+splits to it leave)``, each split's share measured on the range of the node's
+own rows, and a row scores the mean over trees. The walk is the same; only the
+leaf values differ. Alone it ranks a little worse than depth; as the blend's
+forest part it ranks better (the pass's tables, docs/contaminated-passes.md):
+
+>>> dense = IsolationScorer.from_forest(iso, Z, metric="density")
+>>> far = torch.tensor([[0.0, 0.0, 0.0, 0.0], [4.0, 4.0, 4.0, 4.0]])
+>>> bool(dense(far)[1] > dense(far)[0])
+True
 """
 
 from __future__ import annotations
@@ -50,6 +63,36 @@ def _floor_float32(t: np.ndarray) -> np.ndarray:
     return t32
 
 
+METRICS = ("depth", "density")
+
+
+def _density_leaf_values(tree, sample: np.ndarray) -> np.ndarray:
+    """A tree's score per scikit-learn node (set at its leaves): log(volume share) - log(sample share).
+
+    The tree's own sample (its rows of ``estimators_samples_``, float32 as the tree saw them) is pushed down it
+    once; at each split the node's rows' range on the split column is cut at the threshold, and each side's share of
+    that range multiplies its volume share. A share is floored at 1e-9 (a threshold drawn at the range's very end) so that no
+    leaf scores -inf.
+    """
+    t, S = tree.tree_, sample
+    reach = tree.decision_path(S).tocoo()  # (row, node) for every node each of the sample's rows passes
+    inner = t.children_left[reach.col] >= 0
+    rows, nodes = reach.row[inner], reach.col[inner]
+    x = S[rows, t.feature[nodes]].astype(np.float64)
+    lo, hi = np.full(t.node_count, np.inf), np.full(t.node_count, -np.inf)
+    np.minimum.at(lo, nodes, x)
+    np.maximum.at(hi, nodes, x)
+    log_volume = np.zeros(t.node_count)
+    for node in range(t.node_count):  # scikit-learn numbers a parent before its children
+        left, right = t.children_left[node], t.children_right[node]
+        if left >= 0:
+            width = hi[node] - lo[node]
+            share = (t.threshold[node] - lo[node]) / width if width > 0 else 0.5
+            log_volume[left] = log_volume[node] + np.log(max(share, 1e-9))
+            log_volume[right] = log_volume[node] + np.log(max(1.0 - share, 1e-9))
+    return log_volume - np.log(t.n_node_samples / len(S))
+
+
 def fit_forest(Z: np.ndarray, seed: int) -> IsolationForest:
     """The forest the default fits on the standardised training rows (scikit-learn's defaults: 100 trees of 256 rows)."""
     return IsolationForest(random_state=seed, n_jobs=1).fit(Z)
@@ -61,13 +104,16 @@ class IsolationScorer(nn.Module):
     Each tree is laid out as a complete binary tree of ``levels`` levels (heap
     order: node ``i`` has children ``2i+1`` and ``2i+2``), so a step down is
     arithmetic, not a lookup. A leaf above the bottom level is passed straight
-    down (threshold +inf: always left) to a bottom node that holds its path
-    length: its depth plus c(leaf size) - 1, what scikit-learn adds up.
+    down (threshold +inf: always left) to a bottom node that holds its value:
+    by depth, its path length (its depth plus c(leaf size) - 1, what
+    scikit-learn adds up); by density, its density score.
     """
 
-    def __init__(self, trees: int, levels: int):
+    def __init__(self, trees: int, levels: int, metric: str = "depth"):
         super().__init__()
-        self.trees, self.levels = trees, levels
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}, not {metric!r}")
+        self.trees, self.levels, self.metric = trees, levels, metric
         inner, bottom = 2**levels - 1, 2**levels
         self.register_buffer("feature", torch.zeros(trees * max(inner, 1), dtype=torch.int64))
         self.register_buffer("threshold", torch.full((trees * max(inner, 1),), float("inf"), dtype=torch.float32))
@@ -75,18 +121,27 @@ class IsolationScorer(nn.Module):
         self.register_buffer("scale", torch.ones((), dtype=torch.float64))  # trees * c(max_samples)
 
     @classmethod
-    def from_forest(cls, iso: IsolationForest) -> IsolationScorer:
+    def from_forest(cls, iso: IsolationForest, Z: np.ndarray | None = None, metric: str = "depth") -> IsolationScorer:
+        """The forest's trees as tensors; ``metric="density"`` needs ``Z``, the rows the forest was fitted on."""
         if iso.max_features != 1.0 or iso.bootstrap:
             raise ValueError("only forests on every feature without bootstrap are exported")
+        if metric == "density" and Z is None:
+            raise ValueError("the density metric needs the rows the forest was fitted on")
         trees = [e.tree_ for e in iso.estimators_]
         depths = [t.compute_node_depths() - 1 for t in trees]  # the root at 0
         levels = int(max(d.max() for d in depths))
+        if metric == "density":  # each tree's sample, float32 as scikit-learn's trees see rows (regenerated per call)
+            Z32 = np.asarray(Z, dtype=np.float32)
+            samples = [Z32[rows] for rows in iso.estimators_samples_]
         inner, bottom = 2**levels - 1, 2**levels
         feature = np.zeros((len(trees), max(inner, 1)), np.int64)
         threshold = np.full((len(trees), max(inner, 1)), np.inf, np.float32)
         leaf_value = np.zeros((len(trees), bottom), np.float64)
         for k, (t, depth) in enumerate(zip(trees, depths, strict=True)):
-            length = depth + average_path_length(t.n_node_samples)  # edges from the root, + c(leaf size)
+            if metric == "density":
+                length = _density_leaf_values(iso.estimators_[k], samples[k])
+            else:
+                length = depth + average_path_length(t.n_node_samples)  # edges from the root, + c(leaf size)
             stack = [(0, 0)]  # (scikit-learn node, heap position)
             while stack:
                 node, pos = stack.pop()
@@ -98,29 +153,35 @@ class IsolationScorer(nn.Module):
                     while pos < inner:  # pass the leaf down the always-left path
                         pos = 2 * pos + 1
                     leaf_value[k, pos - inner] = length[node]
-        scorer = cls(len(trees), levels)
+        scorer = cls(len(trees), levels, metric)
         with torch.no_grad():
             scorer.feature.copy_(torch.from_numpy(feature.ravel()))
             scorer.threshold.copy_(torch.from_numpy(threshold.ravel()))
             scorer.leaf_value.copy_(torch.from_numpy(leaf_value.ravel()))
-            scorer.scale.fill_(len(trees) * float(average_path_length(np.array([iso.max_samples_]))[0]))
+            if metric == "density":  # the mean over trees
+                scorer.scale.fill_(len(trees))
+            else:
+                scorer.scale.fill_(len(trees) * float(average_path_length(np.array([iso.max_samples_]))[0]))
         return scorer
 
     @property
-    def shape(self) -> dict[str, int]:
+    def shape(self) -> dict[str, int | str]:
         """What ``from_state`` needs besides the tensors (the artifact's metadata keeps it)."""
-        return {"trees": self.trees, "levels": self.levels}
+        return {"trees": self.trees, "levels": self.levels, "metric": self.metric}
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int]) -> IsolationScorer:
-        """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch."""
-        scorer = cls(int(shape["trees"]), int(shape["levels"]))
+        """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch.
+
+        Artifacts from before the density metric name none: their forests score by depth."""
+        scorer = cls(int(shape["trees"]), int(shape["levels"]), str(shape.get("metric", "depth")))
         scorer.load_state_dict(state, strict=True)
         return scorer
 
     @torch.no_grad()
     def forward(self, Z: torch.Tensor) -> torch.Tensor:
-        """Isolation scores of standardised rows ``Z`` (n, d), float64, higher = isolated sooner."""
+        """Scores of standardised rows ``Z`` (n, d), float64, higher = more anomalous: by depth the isolation score
+        in (0, 1] (higher = isolated sooner), by density the mean over trees of the leaves' density scores."""
         Z = Z.float()
         inner = 2**self.levels - 1
         tree = torch.arange(self.trees, device=Z.device)
@@ -131,6 +192,8 @@ class IsolationScorer(nn.Module):
             goes_right = Z.gather(1, self.feature.take(at)) > self.threshold.take(at)
             pos.mul_(2).add_(goes_right).add_(1)  # in place: this loop is most of a blended score's cost on CPU
         path = self.leaf_value.take(pos + leaf_base).sum(dim=1)
+        if self.metric == "density":
+            return path / self.scale
         # A forest of one-row trees (scale 0): scikit-learn takes the exponent as -1, so every row scores 0.5.
         # A where, not .item(): no device sync per batch.
         return torch.where(self.scale > 0, torch.exp2(-path / self.scale), torch.full_like(path, 0.5))

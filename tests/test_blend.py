@@ -66,7 +66,7 @@ def test_default_score_is_the_blend_of_its_parts(tiny_model_dir):
     rows = np.vstack([X, out])
     p = det.score_parts(rows)
     np.testing.assert_allclose(p.network, np.linalg.norm(p.outputs.astype(np.float64), axis=1))
-    assert p.forest is not None and ((p.forest > 0) & (p.forest <= 1)).all()
+    assert p.forest is not None and det.forest_.metric == "density"  # the forest read by density by default
     assert p.knn is not None and (p.knn >= 0).all()
     np.testing.assert_allclose(p.scores, det.blend_(p.network, p.forest, p.knn))
     # Every part, and so the blend, ranks the planted far rows above the inliers.
@@ -106,14 +106,74 @@ def test_published_method_scores_with_the_network_alone(tmp_path):
     assert "blend" not in meta and not any(k.startswith("forest.") for k in tensors)
 
 
-def test_blend_without_refinement_fits_its_own_forest():
+@pytest.mark.parametrize("metric", ["density", "depth"])
+def test_blend_without_refinement_fits_its_own_forest(metric):
+    """The forest part is the forest fitted on the training rows, read by ``score.forest_metric``: by depth exactly
+    scikit-learn's score; by density the same trees' density reading."""
     X, out = make_blobs(n=400, seed=4)
     det = KDSM(model=ModelConfig(width=16, depth=1), train=OptimConfig(steps=30, precision="fp32"),
-               refine=RefineConfig(enabled=False)).fit(X)
+               refine=RefineConfig(enabled=False), score=ScoreConfig(forest_metric=metric)).fit(X)
     p = det.score_parts(out)
-    train_rows = det._holdout_split(X)[0]  # the calibration holdout shapes neither part
-    np.testing.assert_allclose(p.forest, -fit_forest(det.scaler_.transform(train_rows), seed=0).score_samples(
-        det.scaler_.transform(out)), atol=1e-12)
+    Z = det.scaler_.transform(det._holdout_split(X)[0])  # the calibration holdout shapes neither part
+    forest = fit_forest(Z, seed=0)
+    expected = (-forest.score_samples(det.scaler_.transform(out)) if metric == "depth" else
+                IsolationScorer.from_forest(forest, Z, "density")(torch.as_tensor(det.scaler_.transform(out),
+                                                                               dtype=torch.float32)).numpy())
+    np.testing.assert_allclose(p.forest, expected, atol=1e-12)
+    assert det.forest_.metric == metric == det.score_config.forest_metric
+
+
+def _density_by_hand(forest, Z, rows):
+    """The density reading computed apart from the tensors: for every tree, each row's leaf share of the tree's
+    sample and the volume the splits on its path leave, each split measured on the rows of the sample reaching it."""
+    total = np.zeros(len(rows))
+    for tree, sample in zip(forest.estimators_, forest.estimators_samples_, strict=True):
+        S, t = Z[sample].astype(np.float32), tree.tree_
+        for i, x in enumerate(rows.astype(np.float32)):
+            node, log_volume, here = 0, 0.0, S
+            while t.children_left[node] >= 0:
+                f, cut = t.feature[node], t.threshold[node]
+                lo, hi = float(here[:, f].min()), float(here[:, f].max())
+                left = x[f] <= cut
+                share = (cut - lo) / (hi - lo) if left else (hi - cut) / (hi - lo)
+                log_volume += np.log(max(share, 1e-9))
+                here = here[(here[:, f] <= cut) == left]
+                node = t.children_left[node] if left else t.children_right[node]
+            total[i] += log_volume - np.log(len(here) / len(S))
+    return total / len(forest.estimators_)
+
+
+def test_density_reading_equals_a_computation_by_hand():
+    """Heavy tails and rounded columns (ties at the split values): the tensors' density reading equals a walk that
+    recomputes every leaf's sample share and volume from the tree's own sample."""
+    rng = np.random.default_rng(11)
+    Z = rng.standard_t(3, size=(600, 4))
+    Z[:, :2] = np.round(Z[:, :2])
+    forest = IsolationForest(n_estimators=8, random_state=2).fit(Z)
+    rows = np.vstack([Z[:40], rng.normal(size=(10, 4)) * 6])
+    ours = IsolationScorer.from_forest(forest, Z, "density")(torch.as_tensor(rows, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(ours, _density_by_hand(forest, Z, rows), rtol=0, atol=1e-9)
+
+
+def test_density_ranks_a_sparse_tail_above_a_dense_core_and_round_trips():
+    rng = np.random.default_rng(5)
+    Z = np.vstack([rng.normal(size=(950, 3)) * 0.3, rng.normal(size=(50, 3)) * 3])  # dense core, sparse halo
+    forest = fit_forest(Z, seed=0)
+    dense = IsolationScorer.from_forest(forest, Z, "density")
+    t = torch.as_tensor(Z, dtype=torch.float32)
+    s = dense(t).numpy()
+    assert np.median(s[950:]) > np.quantile(s[:950], 0.95)
+    back = IsolationScorer.from_state(dense.state_dict(), dense.shape)
+    assert back.metric == "density" and torch.equal(back(t), dense(t))
+    # an artifact's forest from before the metric existed names none: it scores by depth
+    depth = IsolationScorer.from_forest(forest)
+    old_shape = {k: v for k, v in depth.shape.items() if k != "metric"}
+    np.testing.assert_allclose(IsolationScorer.from_state(depth.state_dict(), old_shape)(t).numpy(),
+                               -forest.score_samples(Z), atol=1e-12)
+    with pytest.raises(ValueError, match="needs the rows"):
+        IsolationScorer.from_forest(forest, metric="density")
+    with pytest.raises(ValueError, match="metric must be one of"):
+        IsolationScorer.from_forest(forest, Z, metric="height")
 
 
 def test_artifact_from_before_the_blend_loads_and_scores_with_the_network(tiny_model_dir, tmp_path):
