@@ -21,6 +21,30 @@ from sklearn.metrics import roc_auc_score as roc
 from offline_train.blend import Blend
 
 
+def bench_split(path: str, setting: str, split: str, seed: int):
+    """Standardised training and test rows and test labels: the bench's split and scaler (``runner._prepared``)."""
+    from offline_train.evaluation.runner import _prepared
+
+    X, sp, scaler = _prepared(path, setting, split, seed, False)
+    return scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx]), sp.y_test
+
+
+def per_row_runs(per_row: str, data: str):
+    """(file, dataset, seed, training rows, test rows, test labels, the file's arrays) for each per-row file in
+    ``per_row`` (``DATASET_SETTING_SPLIT_SEED.npz``), on the bench's split of ``data``/DATASET.npz."""
+    files = sorted(glob.glob(f"{per_row}/*.npz"))
+    if not files:
+        raise ValueError(f"no {per_row}/*.npz files")
+    for f in files:
+        *name, setting, split, seed = os.path.basename(f)[:-4].split("_")
+        ds, seed = "_".join(name), int(seed)
+        X_train, X_test, y = bench_split(f"{data}/{ds}.npz", setting, split, seed)
+        p = np.load(f)
+        if not (p["y_test"] == y).all():
+            raise ValueError(f"{f}: not the bench's split")
+        yield f, ds, seed, X_train, X_test, y, p
+
+
 def baseline_rows(paths, method: str = "iforest") -> dict:
     """{(dataset, seed): (AUC-PR, AUC-ROC)} of a baseline's ok rows (IForest unless named) in bench results.csv files."""
     rows = {}

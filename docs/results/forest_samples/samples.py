@@ -16,18 +16,14 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import bench_split, per_row_runs  # noqa: E402
+
 SIZES = (32, 64, 128, 256, 512, 1024)
-
-
-def _split(path: str, setting: str, split: str, seed: int):
-    """Standardised training and test rows and test labels: the bench's split and scaler (``runner._prepared``)."""
-    from offline_train.evaluation.runner import _prepared
-
-    X, sp, scaler = _prepared(path, setting, split, seed, False)
-    return scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx]), sp.y_test
 
 
 def _forest(X_train: np.ndarray, size: int, seed: int):
@@ -45,7 +41,7 @@ def alone(setting: str, split: str, data: str) -> None:
         raise ValueError(f"no {data}/*.npz files")
     for path in paths:
         for seed in (0, 1, 2):
-            X_train, X_test, y = _split(path, setting, split, seed)
+            X_train, X_test, y = bench_split(path, setting, split, seed)
             for size in SIZES:
                 s = -_forest(X_train, size, seed).score_samples(X_test)
                 results[(path, seed, size)] = (average_precision_score(y, s), roc_auc_score(y, s))
@@ -62,15 +58,7 @@ def blend(per_row: str, data: str) -> None:
     from offline_train.blend import Blend
 
     rows = {}
-    files = sorted(glob.glob(f"{per_row}/*.npz"))
-    if not files:
-        raise ValueError(f"no {per_row}/*.npz files")
-    for f in files:
-        *name, setting, split, seed = os.path.basename(f)[:-4].split("_")
-        seed = int(seed)
-        X_train, X_test, y = _split(f"{data}/{'_'.join(name)}.npz", setting, split, seed)
-        p = np.load(f)
-        assert (p["y_test"] == y).all(), f"{f}: not the bench's split"
+    for f, _, seed, X_train, X_test, y, p in per_row_runs(per_row, data):
         scores = {"the default (stored)": p["blend_test"]}
         for size in (256, 512, 1024):
             forest = _forest(X_train, size, seed)

@@ -9,8 +9,8 @@ default since this pass) in the blend's forest part; the network's and the k-NN 
 forest's reading changes neither: the warm start ranks by depth, the k-NN part's reference by the network). Files
 written before the density reading hold the depth blend, later ones the density blend; the stored row checks that.
 Baselines come from the bench's results.csv rows of the same datasets and seeds. Averages each dataset over its seeds, then the datasets; prints mean
-AUC-PR / AUC-ROC, on how many datasets each row is above IForest's bench row (3 decimals), and, where every dataset
-has the same seeds, each seed's means. Labels are read only for the metrics.
+AUC-PR / AUC-ROC, on how many datasets each row is above IForest's bench row (3 decimals), each dataset's change from
+depth to density, and, where every dataset has the same seeds, each seed's means. Labels are read only for the metrics.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import ahead, baseline_rows, npz_files, seed_averaged  # noqa: E402
-from variants import _scores, _split  # noqa: E402
+from report import ahead, baseline_rows, per_row_runs, seed_averaged  # noqa: E402
+from variants import _scores  # noqa: E402
 
 BASELINES = ("iforest", "ecod", "knn", "lof")
 
@@ -37,19 +37,15 @@ def main(argv):
     from offline_train.blend import Blend
 
     per = defaultdict(dict)
-    for f in npz_files(argv[1].split(",")):
-        *name, setting, split, seed = os.path.basename(f)[:-4].split("_")
-        ds, seed = "_".join(name), int(seed)
-        X_train, X_test, y = _split(f"{argv[2]}/{ds}.npz", setting, split, seed)
-        p = np.load(f)
-        assert (p["y_test"] == y).all(), f"{f}: not the bench's split"
-        scores = {"the default (stored)": p["blend_test"]}
-        for key, form in (("forest by depth (before)", "scikit-learn (default)"),
-                          ("forest by density (now)", "density, scikit-learn's trees")):
-            f_train, f_test = _scores(form, X_train, X_test, seed)
-            scores[key] = Blend.fit(p["net_train"], f_train, p["knn_train"])(p["net_test"], f_test, p["knn_test"])
-        for key, s in scores.items():
-            per[key][(ds, seed)] = (average_precision_score(y, s), roc_auc_score(y, s))
+    for folder in argv[1].split(","):
+        for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
+            scores = {"the default (stored)": p["blend_test"]}
+            for key, form in (("forest by depth (before)", "scikit-learn (default)"),
+                              ("forest by density (now)", "density, scikit-learn's trees")):
+                f_train, f_test = _scores(form, X_train, X_test, seed)
+                scores[key] = Blend.fit(p["net_train"], f_train, p["knn_train"])(p["net_test"], f_test, p["knn_test"])
+            for key, s in scores.items():
+                per[key][(ds, seed)] = (average_precision_score(y, s), roc_auc_score(y, s))
     keys = set(per["the default (stored)"])
     for b in BASELINES:
         rows = baseline_rows(argv[3:], b)
@@ -64,6 +60,14 @@ def main(argv):
         mean = np.mean(list(m[nm].values()), 0)
         a = ahead(m[nm], m["iforest"])
         print(f"{nm:32s} {mean[0]:.3f} / {mean[1]:.3f}   above IForest {a[0]:2d} / {a[1]:2d}")
+    before, now = m["forest by depth (before)"], m["forest by density (now)"]
+    print("per dataset, density minus depth (seed-averaged), by AUC-ROC:")
+    for ds in sorted(now, key=lambda d: now[d][1] - before[d][1]):
+        d = now[ds] - before[ds]
+        print(f"  {ds:22s} {d[0]:+.3f} / {d[1]:+.3f}   (depth {before[ds][0]:.3f} / {before[ds][1]:.3f})")
+    up = [(sum(now[ds][i] - before[ds][i] > 5e-4 for ds in now), sum(now[ds][i] - before[ds][i] < -5e-4 for ds in now))
+          for i in (0, 1)]
+    print(f"  up / down by more than 0.0005: AUC-PR {up[0][0]} / {up[0][1]}, AUC-ROC {up[1][0]} / {up[1][1]}")
     seeds = sorted({s for _, s in keys})
     if len(seeds) > 1 and len(keys) == len({ds for ds, _ in keys}) * len(seeds):
         print("per seed (mean over the datasets):")

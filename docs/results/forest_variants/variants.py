@@ -31,19 +31,15 @@ from __future__ import annotations
 import glob
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import bench_split, per_row_runs  # noqa: E402
+
 NAMES = ("scikit-learn (default)", "isotree IF", "extended, 2", "extended, 3", "SCiForest", "density",
          "adjusted depth", "extended 2, density", "density, scikit-learn's trees")
-
-
-def _split(path: str, setting: str, split: str, seed: int):
-    """Standardised training and test rows and test labels: the bench's split and scaler (``runner._prepared``)."""
-    from offline_train.evaluation.runner import _prepared
-
-    X, sp, scaler = _prepared(path, setting, split, seed, False)
-    return scaler.transform(X[sp.train_idx]), scaler.transform(X[sp.test_idx]), sp.y_test
 
 
 def _scores(name: str, X_train: np.ndarray, X_test: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +82,7 @@ def alone(setting: str, split: str, data: str) -> None:
         raise ValueError(f"no {data}/*.npz files")
     for path in paths:
         for seed in (0, 1, 2):
-            X_train, X_test, y = _split(path, setting, split, seed)
+            X_train, X_test, y = bench_split(path, setting, split, seed)
             for name in NAMES:
                 s = _scores(name, X_train, X_test, seed)[1]
                 results[(path, seed, name)] = (average_precision_score(y, s), roc_auc_score(y, s))
@@ -103,15 +99,7 @@ def blend(per_row: str, data: str) -> None:
     from offline_train.blend import Blend
 
     rows = {}
-    files = sorted(glob.glob(f"{per_row}/*.npz"))
-    if not files:
-        raise ValueError(f"no {per_row}/*.npz files")
-    for f in files:
-        *name, setting, split, seed = os.path.basename(f)[:-4].split("_")
-        seed = int(seed)
-        X_train, X_test, y = _split(f"{data}/{'_'.join(name)}.npz", setting, split, seed)
-        p = np.load(f)
-        assert (p["y_test"] == y).all(), f"{f}: not the bench's split"
+    for f, _, seed, X_train, X_test, y, p in per_row_runs(per_row, data):
         scores = {"the default (stored)": p["blend_test"]}
         for forest in NAMES:
             f_train, f_test = _scores(forest, X_train, X_test, seed)
