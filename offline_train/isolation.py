@@ -71,8 +71,8 @@ def _density_leaf_values(tree, sample: np.ndarray) -> np.ndarray:
 
     The tree's own sample (its rows of ``estimators_samples_``, float32 as the tree saw them) is pushed down it
     once; at each split the node's rows' range on the split column is cut at the threshold, and each side's share of
-    that range multiplies its volume share. A share is floored at 1e-9 (a threshold drawn at the range's very end) so that no
-    leaf scores -inf.
+    that range multiplies its volume share. A share is floored at 1e-9 (a threshold drawn at the range's very end)
+    so that no leaf scores -inf.
     """
     t, S = tree.tree_, sample
     reach = tree.decision_path(S).tocoo()  # (row, node) for every node each of the sample's rows passes
@@ -118,7 +118,7 @@ class IsolationScorer(nn.Module):
         self.register_buffer("feature", torch.zeros(trees * max(inner, 1), dtype=torch.int64))
         self.register_buffer("threshold", torch.full((trees * max(inner, 1),), float("inf"), dtype=torch.float32))
         self.register_buffer("leaf_value", torch.zeros(trees * bottom, dtype=torch.float64))
-        self.register_buffer("scale", torch.ones((), dtype=torch.float64))  # trees * c(max_samples)
+        self.register_buffer("scale", torch.ones((), dtype=torch.float64))  # by depth trees * c(max_samples); density trees
 
     @classmethod
     def from_forest(cls, iso: IsolationForest, Z: np.ndarray | None = None, metric: str = "depth") -> IsolationScorer:
@@ -139,9 +139,9 @@ class IsolationScorer(nn.Module):
         leaf_value = np.zeros((len(trees), bottom), np.float64)
         for k, (t, depth) in enumerate(zip(trees, depths, strict=True)):
             if metric == "density":
-                length = _density_leaf_values(iso.estimators_[k], samples[k])
+                value = _density_leaf_values(iso.estimators_[k], samples[k])
             else:
-                length = depth + average_path_length(t.n_node_samples)  # edges from the root, + c(leaf size)
+                value = depth + average_path_length(t.n_node_samples)  # edges from the root, + c(leaf size)
             stack = [(0, 0)]  # (scikit-learn node, heap position)
             while stack:
                 node, pos = stack.pop()
@@ -152,7 +152,7 @@ class IsolationScorer(nn.Module):
                 else:
                     while pos < inner:  # pass the leaf down the always-left path
                         pos = 2 * pos + 1
-                    leaf_value[k, pos - inner] = length[node]
+                    leaf_value[k, pos - inner] = value[node]
         scorer = cls(len(trees), levels, metric)
         with torch.no_grad():
             scorer.feature.copy_(torch.from_numpy(feature.ravel()))
