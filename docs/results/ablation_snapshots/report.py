@@ -45,6 +45,35 @@ def per_row_runs(per_row: str, data: str):
         yield f, ds, seed, X_train, X_test, y, p
 
 
+def alone_table(setting: str, split: str, data: str, labels: dict, test_scores) -> None:
+    """Print each scorer's mean AUC-PR / AUC-ROC over every dataset of ``data`` x seeds 0-2 (and AUC-PR per seed) on
+    the bench's split: ``labels`` maps a key to its printed label, ``test_scores(key, X_train, X_test, seed)`` gives
+    the test rows' scores (higher = more anomalous)."""
+    paths = sorted(glob.glob(f"{data}/*.npz"))
+    if not paths:
+        raise ValueError(f"no {data}/*.npz files")
+    results = {}
+    for path in paths:
+        for seed in (0, 1, 2):
+            X_train, X_test, y = bench_split(path, setting, split, seed)
+            for key in labels:
+                s = test_scores(key, X_train, X_test, seed)
+                results[(path, seed, key)] = (ap(y, s), roc(y, s))
+    print(f"{setting} {split}, {len(paths)} datasets x seeds 0-2: mean AUC-PR / AUC-ROC; AUC-PR per seed")
+    for key, label in labels.items():
+        mean = np.mean([results[(p, s, key)] for p in paths for s in (0, 1, 2)], axis=0)
+        per_seed = [np.mean([results[(p, s, key)][0] for p in paths]) for s in (0, 1, 2)]
+        print(f"{label} {mean[0]:.3f} / {mean[1]:.3f}   " + " ".join(f"{v:.3f}" for v in per_seed))
+
+
+def print_file_means(per_row: str, rows: dict, width: int) -> None:
+    """Print the mean (AUC-PR, AUC-ROC) of each variant over ``rows`` ({file: {variant: (AUC-PR, AUC-ROC)}})."""
+    print(f"{per_row}: {len(rows)} files, mean AUC-PR / AUC-ROC")
+    for key in next(iter(rows.values())):
+        print(f"{key:{width}s} {np.mean([r[key][0] for r in rows.values()]):.3f} / "
+              f"{np.mean([r[key][1] for r in rows.values()]):.3f}")
+
+
 def baseline_rows(paths, method: str = "iforest") -> dict:
     """{(dataset, seed): (AUC-PR, AUC-ROC)} of a baseline's ok rows (IForest unless named) in bench results.csv files."""
     rows = {}

@@ -13,7 +13,6 @@ rebuilt 256-row blend equals the stored default to within 1e-3 AUC-PR. Labels ar
 """
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import bench_split, per_row_runs  # noqa: E402
+from report import alone_table, per_row_runs, print_file_means  # noqa: E402
 
 SIZES = (32, 64, 128, 256, 512, 1024)
 
@@ -33,24 +32,9 @@ def _forest(X_train: np.ndarray, size: int, seed: int):
 
 
 def alone(setting: str, split: str, data: str) -> None:
-    from sklearn.metrics import average_precision_score, roc_auc_score
-
-    results = {}
-    paths = sorted(glob.glob(f"{data}/*.npz"))
-    if not paths:
-        raise ValueError(f"no {data}/*.npz files")
-    for path in paths:
-        for seed in (0, 1, 2):
-            X_train, X_test, y = bench_split(path, setting, split, seed)
-            for size in SIZES:
-                s = -_forest(X_train, size, seed).score_samples(X_test)
-                results[(path, seed, size)] = (average_precision_score(y, s), roc_auc_score(y, s))
-    print(f"{setting} {split}, {len(paths)} datasets x seeds 0-2: mean AUC-PR / AUC-ROC; AUC-PR per seed")
-    for size in SIZES:
-        mean = np.mean([results[(p, s, size)] for p in paths for s in (0, 1, 2)], axis=0)
-        per_seed = [np.mean([results[(p, s, size)][0] for p in paths]) for s in (0, 1, 2)]
-        print(f"{size:5d} rows a tree: {mean[0]:.3f} / {mean[1]:.3f}   " + " ".join(f"{v:.3f}" for v in per_seed))
-
+    labels = {size: f"{size:5d} rows a tree:" for size in SIZES}
+    alone_table(setting, split, data, labels,
+                lambda size, X_train, X_test, seed: -_forest(X_train, size, seed).score_samples(X_test))
 
 def blend(per_row: str, data: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
@@ -68,9 +52,7 @@ def blend(per_row: str, data: str) -> None:
             blend = Blend.fit(p["net_train"], f_train, p["knn_train"])
             scores[f"blend, forest of {size}"] = blend(p["net_test"], f_test, p["knn_test"])
         rows[f] = {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}
-    print(f"{per_row}: {len(rows)} files, mean AUC-PR / AUC-ROC")
-    for key in next(iter(rows.values())):
-        print(f"{key:24s} {np.mean([r[key][0] for r in rows.values()]):.3f} / {np.mean([r[key][1] for r in rows.values()]):.3f}")
+    print_file_means(per_row, rows, 24)
 
 
 if __name__ == "__main__":

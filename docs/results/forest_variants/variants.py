@@ -28,7 +28,6 @@ measures the scoring part only). Labels are read only for the metrics.
 """
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from pathlib import Path
@@ -36,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import bench_split, per_row_runs  # noqa: E402
+from report import alone_table, per_row_runs, print_file_means  # noqa: E402
 
 NAMES = ("scikit-learn (default)", "isotree IF", "extended, 2", "extended, 3", "SCiForest", "density",
          "adjusted depth", "extended 2, density", "density, scikit-learn's trees")
@@ -74,24 +73,8 @@ def _scores(name: str, X_train: np.ndarray, X_test: np.ndarray, seed: int) -> tu
 
 
 def alone(setting: str, split: str, data: str) -> None:
-    from sklearn.metrics import average_precision_score, roc_auc_score
-
-    results = {}
-    paths = sorted(glob.glob(f"{data}/*.npz"))
-    if not paths:
-        raise ValueError(f"no {data}/*.npz files")
-    for path in paths:
-        for seed in (0, 1, 2):
-            X_train, X_test, y = bench_split(path, setting, split, seed)
-            for name in NAMES:
-                s = _scores(name, X_train, X_test, seed)[1]
-                results[(path, seed, name)] = (average_precision_score(y, s), roc_auc_score(y, s))
-    print(f"{setting} {split}, {len(paths)} datasets x seeds 0-2: mean AUC-PR / AUC-ROC; AUC-PR per seed")
-    for name in NAMES:
-        mean = np.mean([results[(p, s, name)] for p in paths for s in (0, 1, 2)], axis=0)
-        per_seed = [np.mean([results[(p, s, name)][0] for p in paths]) for s in (0, 1, 2)]
-        print(f"{name:24s} {mean[0]:.3f} / {mean[1]:.3f}   " + " ".join(f"{v:.3f}" for v in per_seed))
-
+    alone_table(setting, split, data, {name: f"{name:24s}" for name in NAMES},
+                lambda name, X_train, X_test, seed: _scores(name, X_train, X_test, seed)[1])
 
 def blend(per_row: str, data: str) -> None:
     from sklearn.metrics import average_precision_score, roc_auc_score
@@ -107,10 +90,7 @@ def blend(per_row: str, data: str) -> None:
             scores[f"blend, {forest}"] = Blend.fit(p["net_train"], f_train, p["knn_train"])(
                 p["net_test"], f_test, p["knn_test"])
         rows[f] = {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}
-    print(f"{per_row}: {len(rows)} files, mean AUC-PR / AUC-ROC")
-    for key in next(iter(rows.values())):
-        print(f"{key:34s} {np.mean([r[key][0] for r in rows.values()]):.3f} / "
-              f"{np.mean([r[key][1] for r in rows.values()]):.3f}")
+    print_file_means(per_row, rows, 34)
 
 
 if __name__ == "__main__":
