@@ -45,7 +45,7 @@ def main(argv):
             net, knn = (p["net_train"], p["net_test"]), (p["knn_train"], p["knn_test"])
             depth = _scores("scikit-learn (default)", X_train, X_test, seed)
             density = _scores("density, scikit-learn's trees", X_train, X_test, seed)
-            mean_z = tuple((_z(a, depth[0]) + _z(b, density[0])) / 2 for a, b in zip(depth, density))
+            mean_z = tuple((_z(a, depth[0]) + _z(b, density[0])) / 2 for a, b in zip(depth, density, strict=True))
             blends = {}
             for key, forest in (("depth", depth), ("density (the default)", density), ("mean of the two z", mean_z)):
                 blend = Blend.fit(net[0], forest[0], knn[0])
