@@ -16,6 +16,7 @@ metrics.
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -61,4 +62,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    try:
+        main(sys.argv)
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
+        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None

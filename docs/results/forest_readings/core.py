@@ -12,6 +12,7 @@ the default never sees them.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,10 +34,10 @@ def main(argv):
         raise SystemExit("usage: " + __doc__.strip().splitlines()[2].strip())
     setting, split, seeds, data = argv[1], argv[2], [int(s) for s in argv[3].split(",")], Path(argv[4])
     only = set(argv[5].split(",")) if len(argv) > 5 else None
-    rows = []
+    paths, rows = dataset_paths(data), []
     print(f"{setting} {split}, seeds {argv[3]}: anomaly share of the training rows; per reading: of the half-core, "
           "of the kept share, and its AUC-ROC / AUC-PR over the training rows")
-    for path in dataset_paths(data):
+    for path in paths:
         if only and path.stem not in only:
             continue
         for seed in seeds:
@@ -64,4 +65,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    try:
+        main(sys.argv)
+    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
+        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
