@@ -84,6 +84,27 @@ def baseline_rows(paths, method: str = "iforest") -> dict:
     return rows
 
 
+def knn_training_distances(net_train: np.ndarray, X_train: np.ndarray, seed: int) -> np.ndarray:
+    """The k-NN part's distances of the training rows as the library fits the blend's moments on them
+    (``Detector._fit_neighbours``): the reference is a seeded sample of at most ``score.knn_rows`` of the share the
+    refinement keeps (one minus the warm start's depth estimate, at most ``refine.max_drop`` out) that the network
+    scores lowest, and a reference row skips itself. The per-row files' ``knn_train`` holds the part's plain
+    distances (a reference row's nearest is itself); fitting the moments on those moved the thirty-seventh pass's
+    means by at most 0.0001 ("Thirty-eighth pass")."""
+    import torch
+
+    from offline_train.config import TrainSettings
+    from offline_train.neighbours import NeighbourScorer, reference_rows
+    from offline_train.refine import WarmStart, lowest
+
+    settings = TrainSettings()
+    keep = 1.0 - min(WarmStart(X_train, seed, settings.refine.threshold).contamination_, settings.refine.max_drop)
+    ref = reference_rows(lowest(net_train, keep), settings.score.knn_rows, seed)
+    Z = X_train.astype(np.float32)
+    scorer = NeighbourScorer.from_rows(Z[ref], settings.score.knn_k)
+    return scorer.training_distances(torch.from_numpy(Z), ref).numpy()
+
+
 def seed_averaged(runs: dict) -> dict:
     """{dataset: mean (AUC-PR, AUC-ROC) over its seeds} of {(dataset, seed): (AUC-PR, AUC-ROC)}."""
     by = defaultdict(list)

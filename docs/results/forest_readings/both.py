@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import per_row_runs, seed_averaged  # noqa: E402
+from report import knn_training_distances, per_row_runs, seed_averaged  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -43,7 +43,8 @@ def main(argv):
     per = defaultdict(dict)
     for folder in argv[1].split(","):
         for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
-            net, knn = (p["net_train"], p["net_test"]), (p["knn_train"], p["knn_test"])
+            net = p["net_train"], p["net_test"]
+            knn = knn_training_distances(net[0], X_train, seed), p["knn_test"]  # the library's moments
             depth = _scores("scikit-learn (default)", X_train, X_test, seed)
             density = _scores("density, scikit-learn's trees", X_train, X_test, seed)
             mean_z = tuple((_z(a, depth[0]) + _z(b, density[0])) / 2 for a, b in zip(depth, density, strict=True))

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import ahead, baseline_rows, per_row_runs, seed_averaged  # noqa: E402
+from report import ahead, baseline_rows, knn_training_distances, per_row_runs, seed_averaged  # noqa: E402
 from variants import _scores  # noqa: E402
 
 BASELINES = ("iforest", "ecod", "knn", "lof")
@@ -40,10 +40,11 @@ def main(argv):
     for folder in argv[1].split(","):
         for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
             scores = {"the default (stored)": p["blend_test"]}
+            knn_train = knn_training_distances(p["net_train"], X_train, seed)  # what the library's moments read
             for key, form in (("forest by depth (before)", "scikit-learn (default)"),
                               ("forest by density (now)", "density, scikit-learn's trees")):
                 f_train, f_test = _scores(form, X_train, X_test, seed)
-                scores[key] = Blend.fit(p["net_train"], f_train, p["knn_train"])(p["net_test"], f_test, p["knn_test"])
+                scores[key] = Blend.fit(p["net_train"], f_train, knn_train)(p["net_test"], f_test, p["knn_test"])
             for key, s in scores.items():
                 per[key][(ds, seed)] = (average_precision_score(y, s), roc_auc_score(y, s))
     keys = set(per["the default (stored)"])

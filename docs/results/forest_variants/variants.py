@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import alone_table, per_row_runs, print_file_means  # noqa: E402
+from report import alone_table, knn_training_distances, per_row_runs, print_file_means  # noqa: E402
 
 NAMES = ("scikit-learn (default)", "isotree IF", "extended, 2", "extended, 3", "SCiForest", "density",
          "adjusted depth", "extended 2, density", "density, scikit-learn's trees")
@@ -84,10 +84,11 @@ def blend(per_row: str, data: str) -> None:
     rows = {}
     for f, _, seed, X_train, X_test, y, p in per_row_runs(per_row, data):
         scores = {"the default (stored)": p["blend_test"]}
+        knn_train = knn_training_distances(p["net_train"], X_train, seed)  # what the library's moments read
         for forest in NAMES:
             f_train, f_test = _scores(forest, X_train, X_test, seed)
             # the library's blend, fitted on the training rows' parts with this forest's scores in the forest's place
-            scores[f"blend, {forest}"] = Blend.fit(p["net_train"], f_train, p["knn_train"])(
+            scores[f"blend, {forest}"] = Blend.fit(p["net_train"], f_train, knn_train)(
                 p["net_test"], f_test, p["knn_test"])
         rows[f] = {k: (average_precision_score(y, s), roc_auc_score(y, s)) for k, s in scores.items()}
     print_file_means(per_row, rows, 34)
