@@ -113,6 +113,12 @@ def seed_averaged(runs: dict) -> dict:
     return {ds: np.mean(v, 0) for ds, v in by.items()}
 
 
+def mean_over_datasets(runs: dict) -> np.ndarray:
+    """Mean (AUC-PR, AUC-ROC) over the datasets of {(dataset, seed): (AUC-PR, AUC-ROC)}, each dataset's seeds averaged
+    first."""
+    return np.mean(list(seed_averaged(runs).values()), axis=0)
+
+
 def ahead(a: dict, b: dict) -> tuple[int, int]:
     """On how many datasets a's seed-averaged (AUC-PR, AUC-ROC) is above b's, each rounded to 3 decimals."""
     return tuple(sum(round(a[ds][i], 3) > round(b[ds][i], 3) for ds in a) for i in (0, 1))

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import knn_training_distances, per_row_runs, seed_averaged  # noqa: E402
+from report import knn_training_distances, mean_over_datasets, per_row_runs  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main(argv):
                 per[key][(ds, seed)] = (average_precision_score(y, s), roc_auc_score(y, s))
     print(f"{argv[1]}: {len(per['depth'])} runs; mean AUC-PR / AUC-ROC")
     for key, v in per.items():
-        mean = np.mean(list(seed_averaged(v).values()), axis=0)
+        mean = mean_over_datasets(v)
         print(f"{key:24s} {mean[0]:.3f} / {mean[1]:.3f}")
 
 

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import per_row_runs, seed_averaged  # noqa: E402
+from report import mean_over_datasets, per_row_runs  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def main(argv):
     print(f"{argv[1]}: {len(per[next(iter(per))])} runs; the rebuilt default part against the stored one: largest "
           f"difference {worst:.1e}; mean AUC-PR / AUC-ROC, and the reference rows' anomaly share")
     for key, v in per.items():
-        mean = np.mean(list(seed_averaged(v).values()), axis=0)
+        mean = mean_over_datasets(v)
         print(f"{key:40s} {mean[0]:.3f} / {mean[1]:.3f}   {np.mean(purity[key]):.4f}")
 
 
