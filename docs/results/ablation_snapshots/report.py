@@ -84,25 +84,48 @@ def baseline_rows(paths, method: str = "iforest") -> dict:
     return rows
 
 
-def knn_training_distances(net_train: np.ndarray, X_train: np.ndarray, seed: int) -> np.ndarray:
-    """The k-NN part's distances of the training rows as the library fits the blend's moments on them
-    (``Detector._fit_neighbours``): the reference is a seeded sample of at most ``score.knn_rows`` of the share the
-    refinement keeps (one minus the warm start's depth estimate, at most ``refine.max_drop`` out) that the network
-    scores lowest, and a reference row skips itself. The per-row files' ``knn_train`` holds the part's plain
-    distances (a reference row's nearest is itself); fitting the moments on those moved the thirty-seventh pass's
-    means by at most 0.0001 ("Thirty-eighth pass")."""
-    import torch
+def kept_share(depth_train: np.ndarray) -> float:
+    """The share of training rows the refinement keeps (``refine.keep: auto``): one minus the warm start's estimate,
+    the share of the default forest's depth scores over ``refine.threshold``, at most ``refine.max_drop`` left out."""
+    from offline_train.config import TrainSettings
 
+    refine = TrainSettings().refine
+    return 1.0 - min(float(np.mean(depth_train > refine.threshold)), refine.max_drop)
+
+
+def knn_reference(X_train: np.ndarray, ranking: np.ndarray, share: float, seed: int):
+    """(k-NN part, reference row indices) as ``Detector._fit_neighbours`` builds them: a seeded sample of at most
+    ``score.knn_rows`` of the ``share`` of standardised training rows ``ranking`` puts lowest."""
     from offline_train.config import TrainSettings
     from offline_train.neighbours import NeighbourScorer, reference_rows
-    from offline_train.refine import WarmStart, lowest
+    from offline_train.refine import lowest
 
-    settings = TrainSettings()
-    keep = 1.0 - min(WarmStart(X_train, seed, settings.refine.threshold).contamination_, settings.refine.max_drop)
-    ref = reference_rows(lowest(net_train, keep), settings.score.knn_rows, seed)
-    Z = X_train.astype(np.float32)
-    scorer = NeighbourScorer.from_rows(Z[ref], settings.score.knn_k)
-    return scorer.training_distances(torch.from_numpy(Z), ref).numpy()
+    score = TrainSettings().score
+    ref = reference_rows(lowest(ranking, share), score.knn_rows, seed)
+    return NeighbourScorer.from_rows(X_train[ref].astype(np.float32), score.knn_k), ref
+
+
+def knn_training_distances(net_train: np.ndarray, X_train: np.ndarray, seed: int, depth_train: np.ndarray) -> np.ndarray:
+    """The k-NN part's distances of the training rows as the library fits the blend's moments on them: the reference
+    is ``knn_reference`` of the kept share (``kept_share`` of the default forest's depth scores ``depth_train``) the
+    network scores lowest, and a reference row skips itself. The per-row files' ``knn_train`` holds the part's plain
+    distances (a reference row's nearest is itself); fitting the moments on those moved the thirty-seventh pass's
+    means by at most 0.001 ("Thirty-eighth pass")."""
+    import torch
+
+    scorer, ref = knn_reference(X_train, net_train, kept_share(depth_train), seed)
+    return scorer.training_distances(torch.from_numpy(X_train.astype(np.float32)), ref).numpy()
+
+
+def alone_or_blend(doc: str, alone, blend, errors=(OSError, ValueError, KeyError)) -> None:
+    """The command line of a script with two modes, ``alone SETTING SPLIT DATA_DIR`` and ``blend PER_ROW_DIR
+    DATA_DIR``: the usage lines of ``doc`` for a wrong call, one line (no traceback) for one of ``errors``."""
+    if not ((sys.argv[1:2] == ["alone"] and len(sys.argv) == 5) or (sys.argv[1:2] == ["blend"] and len(sys.argv) == 4)):
+        raise SystemExit("usage:\n" + "\n".join(line for line in doc.splitlines() if "python3" in line))
+    try:
+        (alone if sys.argv[1] == "alone" else blend)(*sys.argv[2:])
+    except errors as e:  # a missing or unreadable file, a bad setting
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: {e}") from None
 
 
 def seed_averaged(runs: dict) -> dict:

@@ -44,8 +44,8 @@ def main(argv):
     for folder in argv[1].split(","):
         for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
             net = p["net_train"], p["net_test"]
-            knn = knn_training_distances(net[0], X_train, seed), p["knn_test"]  # the library's moments
             depth = _scores("scikit-learn (default)", X_train, X_test, seed)
+            knn = knn_training_distances(net[0], X_train, seed, depth[0]), p["knn_test"]  # the library's moments
             density = _scores("density, scikit-learn's trees", X_train, X_test, seed)
             mean_z = tuple((_z(a, depth[0]) + _z(b, density[0])) / 2 for a, b in zip(depth, density, strict=True))
             blends = {}

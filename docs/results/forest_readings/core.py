@@ -26,6 +26,9 @@ from offline_train.evaluation.runner import _prepared, dataset_paths
 from offline_train.isolation import IsolationScorer, fit_forest
 from offline_train.refine import lowest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
+from report import kept_share  # noqa: E402
+
 READINGS = ("depth", "density", "rank sum")
 
 
@@ -40,16 +43,17 @@ def main(argv):
     for path in paths:
         if only and path.stem not in only:
             continue
+        labels = load_npz(path)[1]  # for this diagnosis only
         for seed in seeds:
             X, sp, scaler = _prepared(path, setting, split, seed, False)
-            y = load_npz(path)[1][sp.train_idx]
+            y = labels[sp.train_idx]
             if not y.any():
                 continue
             Z = scaler.transform(X[sp.train_idx])
             forest = fit_forest(Z, seed)
             depth = -forest.score_samples(Z)
             density = IsolationScorer.from_forest(forest, Z, "density")(torch.as_tensor(Z, dtype=torch.float32)).numpy()
-            keep = 1.0 - min(float(np.mean(depth > 0.5)), 0.5)  # refine.keep: auto, as the default sets it
+            keep = kept_share(depth)  # refine.keep: auto, as the default sets it
             row = [y.mean()]
             for s in (depth, density, rankdata(depth) + rankdata(density)):
                 row += [y[lowest(s, 0.5)].mean(), y[lowest(s, keep)].mean(),

@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import mean_over_datasets, per_row_runs  # noqa: E402
+from report import kept_share, knn_reference, mean_over_datasets, per_row_runs  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -38,20 +38,17 @@ def main(argv):
     from sklearn.metrics import average_precision_score, roc_auc_score
 
     from offline_train.blend import Blend
-    from offline_train.neighbours import NeighbourScorer, reference_rows
-    from offline_train.refine import lowest
 
     per, purity, worst = defaultdict(dict), defaultdict(list), 0.0
     for folder in argv[1].split(","):
         for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
             depth_train, _ = _scores("scikit-learn (default)", X_train, X_test, seed)
             forest = _scores("density, scikit-learn's trees", X_train, X_test, seed)
-            keep = 1.0 - min(float(np.mean(depth_train > 0.5)), 0.5)  # refine.keep: auto
+            keep = kept_share(depth_train)
             Z, Z_test = (torch.as_tensor(X, dtype=torch.float32) for X in (X_train, X_test))
 
             def part(ranking, share, Z=Z, Z_test=Z_test, X_train=X_train, seed=seed):
-                ref = reference_rows(lowest(ranking, share), 512, seed)
-                scorer = NeighbourScorer.from_rows(X_train[ref].astype(np.float32), 10)
+                scorer, ref = knn_reference(X_train, ranking, share, seed)
                 return scorer.training_distances(Z, ref).numpy(), scorer(Z_test).numpy(), ref
 
             net = p["net_train"]

@@ -13,14 +13,13 @@ rebuilt 256-row blend equals the stored default to within 1e-3 AUC-PR. Labels ar
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import alone_table, per_row_runs, print_file_means  # noqa: E402
+from report import alone_or_blend, alone_table, per_row_runs, print_file_means  # noqa: E402
 
 SIZES = (32, 64, 128, 256, 512, 1024)
 
@@ -56,12 +55,4 @@ def blend(per_row: str, data: str) -> None:
 
 
 if __name__ == "__main__":
-    if not ((sys.argv[1:2] == ["alone"] and len(sys.argv) == 5) or (sys.argv[1:2] == ["blend"] and len(sys.argv) == 4)):
-        raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
-    try:
-        if sys.argv[1] == "alone":
-            alone(*sys.argv[2:])
-        else:
-            blend(*sys.argv[2:])
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file, a bad setting: one line, no traceback
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    alone_or_blend(__doc__, alone, blend)

@@ -40,10 +40,11 @@ def main(argv):
     for folder in argv[1].split(","):
         for _, ds, seed, X_train, X_test, y, p in per_row_runs(folder, argv[2]):
             scores = {"the default (stored)": p["blend_test"]}
-            knn_train = knn_training_distances(p["net_train"], X_train, seed)  # what the library's moments read
-            for key, form in (("forest by depth (before)", "scikit-learn (default)"),
-                              ("forest by density (now)", "density, scikit-learn's trees")):
-                f_train, f_test = _scores(form, X_train, X_test, seed)
+            forests = {"forest by depth (before)": _scores("scikit-learn (default)", X_train, X_test, seed),
+                       "forest by density (now)": _scores("density, scikit-learn's trees", X_train, X_test, seed)}
+            # the library's moments read the training distances of the rows the default keeps
+            knn_train = knn_training_distances(p["net_train"], X_train, seed, forests["forest by depth (before)"][0])
+            for key, (f_train, f_test) in forests.items():
                 scores[key] = Blend.fit(p["net_train"], f_train, knn_train)(p["net_test"], f_test, p["knn_test"])
             for key, s in scores.items():
                 per[key][(ds, seed)] = (average_precision_score(y, s), roc_auc_score(y, s))

@@ -28,14 +28,19 @@ measures the scoring part only). Labels are read only for the metrics.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import alone_table, knn_training_distances, per_row_runs, print_file_means  # noqa: E402
+from report import (  # noqa: E402
+    alone_or_blend,
+    alone_table,
+    knn_training_distances,
+    per_row_runs,
+    print_file_means,
+)
 
 NAMES = ("scikit-learn (default)", "isotree IF", "extended, 2", "extended, 3", "SCiForest", "density",
          "adjusted depth", "extended 2, density", "density, scikit-learn's trees")
@@ -84,9 +89,10 @@ def blend(per_row: str, data: str) -> None:
     rows = {}
     for f, _, seed, X_train, X_test, y, p in per_row_runs(per_row, data):
         scores = {"the default (stored)": p["blend_test"]}
-        knn_train = knn_training_distances(p["net_train"], X_train, seed)  # what the library's moments read
-        for forest in NAMES:
-            f_train, f_test = _scores(forest, X_train, X_test, seed)
+        forests = {forest: _scores(forest, X_train, X_test, seed) for forest in NAMES}
+        # the library's moments read the training distances of the rows the default keeps (by its depth estimate)
+        knn_train = knn_training_distances(p["net_train"], X_train, seed, forests["scikit-learn (default)"][0])
+        for forest, (f_train, f_test) in forests.items():
             # the library's blend, fitted on the training rows' parts with this forest's scores in the forest's place
             scores[f"blend, {forest}"] = Blend.fit(p["net_train"], f_train, knn_train)(
                 p["net_test"], f_test, p["knn_test"])
@@ -95,12 +101,4 @@ def blend(per_row: str, data: str) -> None:
 
 
 if __name__ == "__main__":
-    if not ((sys.argv[1:2] == ["alone"] and len(sys.argv) == 5) or (sys.argv[1:2] == ["blend"] and len(sys.argv) == 4)):
-        raise SystemExit("usage:\n" + "\n".join(line for line in __doc__.splitlines() if "python3" in line))
-    try:
-        if sys.argv[1] == "alone":
-            alone(*sys.argv[2:])
-        else:
-            blend(*sys.argv[2:])
-    except (OSError, ValueError, KeyError, ImportError) as e:  # a missing file or package, a bad setting: one line
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    alone_or_blend(__doc__, alone, blend, (OSError, ValueError, KeyError, ImportError))  # ImportError: isotree is missing

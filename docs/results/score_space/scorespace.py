@@ -3,6 +3,8 @@
 Saves, per dataset and seed, the default's blend, its parts (two, or three with the k-NN part, the default since the
 twenty-eighth pass), the network's output vectors f(x), for the training and test rows, with the labels (report
 only). ``read.py`` then compares reads of the output vectors.
+``knn_`` holds the k-NN part's plain distances, where a reference row's nearest is itself; the library fits the
+blend's moments on training distances that skip it, which ``report.knn_training_distances`` rebuilds from these files.
 From the repository root, two one-thread workers:
     for w in 0 1; do python3 docs/results/score_space/scorespace.py unsup paper 0 $w 2 runs/ss & done; wait
 Arguments: those of ``../ablation_snapshots/perrow.py``.
