@@ -117,6 +117,14 @@ def knn_training_distances(net_train: np.ndarray, X_train: np.ndarray, seed: int
     return scorer.training_distances(torch.from_numpy(X_train.astype(np.float32)), ref).numpy()
 
 
+def run_main(main, errors=(OSError, ValueError, KeyError)) -> None:
+    """``main(sys.argv)``; one of ``errors`` (a missing or unreadable file) exits with one line, no traceback."""
+    try:
+        main(sys.argv)
+    except errors as e:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: {e}") from None
+
+
 def alone_or_blend(doc: str, alone, blend, errors=(OSError, ValueError, KeyError)) -> None:
     """The command line of a script with two modes, ``alone SETTING SPLIT DATA_DIR`` and ``blend PER_ROW_DIR
     DATA_DIR``: the usage lines of ``doc`` for a wrong call, one line (no traceback) for one of ``errors``."""

@@ -16,7 +16,6 @@ metrics.
 """
 from __future__ import annotations
 
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import knn_training_distances, mean_over_datasets, per_row_runs  # noqa: E402
+from report import knn_training_distances, mean_over_datasets, per_row_runs, run_main  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -63,7 +62,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv)
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    run_main(main)

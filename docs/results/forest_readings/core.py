@@ -12,7 +12,6 @@ the default never sees them.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from offline_train.isolation import IsolationScorer, fit_forest
 from offline_train.refine import lowest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
-from report import kept_share  # noqa: E402
+from report import kept_share, run_main  # noqa: E402
 
 READINGS = ("depth", "density", "rank sum")
 
@@ -69,7 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv)
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    run_main(main)

@@ -18,7 +18,6 @@ mean share of anomalies among the reference rows (labels read for the report onl
 """
 from __future__ import annotations
 
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "forest_variants"))
-from report import kept_share, knn_reference, mean_over_datasets, per_row_runs  # noqa: E402
+from report import kept_share, knn_reference, mean_over_datasets, per_row_runs, run_main  # noqa: E402
 from variants import _scores  # noqa: E402
 
 
@@ -71,7 +70,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv)
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    run_main(main)

@@ -14,7 +14,6 @@ depth to density, and, where every dataset has the same seeds, each seed's means
 """
 from __future__ import annotations
 
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +22,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ablation_snapshots"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import ahead, baseline_rows, knn_training_distances, per_row_runs, seed_averaged  # noqa: E402
+from report import (  # noqa: E402
+    ahead,
+    baseline_rows,
+    knn_training_distances,
+    per_row_runs,
+    run_main,
+    seed_averaged,
+)
 from variants import _scores  # noqa: E402
 
 BASELINES = ("iforest", "ecod", "knn", "lof")
@@ -79,7 +85,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv)
-    except (OSError, ValueError, KeyError) as e:  # a missing or unreadable file: one line, no traceback
-        raise SystemExit(f"{os.path.basename(__file__)}: {e}") from None
+    run_main(main)
