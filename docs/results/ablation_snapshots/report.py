@@ -130,10 +130,7 @@ def alone_or_blend(doc: str, alone, blend, errors=(OSError, ValueError, KeyError
     DATA_DIR``: the usage lines of ``doc`` for a wrong call, one line (no traceback) for one of ``errors``."""
     if not ((sys.argv[1:2] == ["alone"] and len(sys.argv) == 5) or (sys.argv[1:2] == ["blend"] and len(sys.argv) == 4)):
         raise SystemExit("usage:\n" + "\n".join(line for line in doc.splitlines() if "python3" in line))
-    try:
-        (alone if sys.argv[1] == "alone" else blend)(*sys.argv[2:])
-    except errors as e:  # a missing or unreadable file, a bad setting
-        raise SystemExit(f"{os.path.basename(sys.argv[0])}: {e}") from None
+    run_main(lambda argv: (alone if argv[1] == "alone" else blend)(*argv[2:]), errors)
 
 
 def seed_averaged(runs: dict) -> dict:
