@@ -29,7 +29,8 @@ units: positive, equal to ``||f(x)||`` wherever the network's part is the
 larger, and still rising for rows far outside the data (the forest's part is
 bounded by its leaves' values, the network's is not; the k-NN part's exponent grows logarithmically
 past e^100, so the score stays finite). Explanations come from the
-network's part (``KDSM.explain``); alerts also carry both parts.
+network's part (``KDSM.explain``); alerts also carry the parts and name the
+one whose z-score was the largest (``leading``: the part the score equals).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -43,6 +44,8 @@ True
 >>> s3 = b3(np.array([1.0, 1.0]), np.array([0.45, 0.45]), np.array([1.5, 9.0]))
 >>> bool(s3[1] > s3[0]), Blend.from_dict(b3.to_dict()) == b3
 (True, True)
+>>> b3.leading(np.array([1.0, 1.0, 50.0]), np.array([0.45, 0.99, 0.45]), np.array([9.0, 1.5, 1.5])).tolist()
+['knn', 'isolation', 'network']
 >>> far = b3(np.ones(3), np.full(3, 0.45), np.array([1e3, 1e6, 1e300]))  # rows far outside the data
 >>> bool(np.isfinite(far).all() and far[0] < far[1] < far[2])
 True
@@ -61,6 +64,7 @@ _TINY = 1e-12  # keeps log(0) and a constant part finite
 # e^100, so wherever the network's part is the largest the score still equals ||f(x)||.
 _LOG_LINEAR = 100.0
 _LOG_MAX = 700.0  # a guard: exp stays finite in float64 whatever the parts
+PART_NAMES = ("network", "isolation", "knn")  # the parts' names in alerts (``score_parts``), in ``z_scores`` order
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,13 @@ class Blend:
         if knn_distances is not None:
             z.append((np.asarray(knn_distances, np.float64) - self.knn_mean) / self.knn_std)
         return tuple(z)
+
+    def leading(self, network_scores: np.ndarray, forest_scores: np.ndarray,
+                knn_distances: np.ndarray | None = None) -> np.ndarray:
+        """Per row, the name of the part whose z-score is the largest (``PART_NAMES``): the part the score is
+        mapped from; ties go to the earlier part."""
+        z = self.z_scores(network_scores, forest_scores, knn_distances)
+        return np.asarray(PART_NAMES, dtype=object)[np.argmax(z, axis=0)]
 
     def __call__(self, network_scores: np.ndarray, forest_scores: np.ndarray,
                  knn_distances: np.ndarray | None = None) -> np.ndarray:

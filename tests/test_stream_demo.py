@@ -21,6 +21,10 @@ def test_demo_trains_streams_prints_alerts_and_cleans_up(tmp_path):
     ports = [int(m) for m in re.findall(r"started \w+ at (?:redis://)?127\.0\.0\.1:(\d+)", text)]
     assert len(ports) == 2 and not any(local_services.port_open("127.0.0.1", p) for p in ports)
     n_alerts = int(re.search(r"(\d+) alerts", text).group(1))
-    assert sum(line.startswith("ALERT ") for line in lines) == n_alerts
+    alert_lines = [line for line in lines if line.startswith("ALERT ")]
+    assert len(alert_lines) == n_alerts
+    # Each alert line shows the three parts of the default's score and the one the score equals.
+    assert all(re.search(r"\(network [\d.]+, forest -?[\d.]+, k-NN [\d.]+; led by (network|forest|k-NN)\)", line)
+               for line in alert_lines)
     assert (tmp_path / "model" / "report" / "report.json").exists()
     assert b"kdsm_events_total" in (tmp_path / "metrics.txt").read_bytes()

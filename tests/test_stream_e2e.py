@@ -91,7 +91,8 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     assert set(expect) <= set(alerts)
     for pid in expect:
         a = alerts[pid]
-        assert set(a) == ALERT_FIELDS | {"score_parts"}  # the default model blends the forest and the k-NN part in
+        assert set(a) == ALERT_FIELDS | {"score_parts", "leading_part", "explained_by"}  # the default's three parts
+        assert a["leading_part"] in a["score_parts"] and a["explained_by"] == "network"
         assert a["severity"] in ("warning", "critical") and a["score"] >= a["threshold"]
         parts = det.score_parts(planted[[planted_ids.index(pid)]])
         assert a["score_parts"] == pytest.approx(

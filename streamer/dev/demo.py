@@ -48,8 +48,11 @@ def _alert_line(a: dict, label: int | None) -> str:
     top = ", ".join(_feature_text(t) for t in a["top_features"][:3])
     truth = {1: "labelled anomaly", 0: "labelled normal"}.get(label, "")
     parts = a.get("score_parts")  # the blended score's parts; the top features explain the network's
-    names = (("network", "network"), ("isolation", "forest"), ("knn", "k-NN"))
-    why = f" ({', '.join(f'{shown} {parts[key]:.2f}' for key, shown in names if key in parts)})" if parts else ""
+    names = {"network": "network", "isolation": "forest", "knn": "k-NN"}
+    why = ""
+    if parts:
+        shown = ", ".join(f"{names[key]} {value:.2f}" for key, value in parts.items())
+        why = f" ({shown}; led by {names[a['leading_part']]})"
     return (f"ALERT {a['severity']:<8} event {a['event_id']:>6}  score {a['score']:7.2f} >= {a['threshold']:.2f}{why}  "
             f"p={a['p_value']:.4f}  top: {top}  [{truth}]")
 

@@ -57,8 +57,10 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
                "score": float(res.scores[row]), "p_value": float(res.p_values[j]), "severity": sev,
                "threshold": float(thresholds[sev]), "model_version": version, "schema_hash": schema,
                "source": {"topic": topic, "partition": part, "offset": off}, "top_features": top}
-        if res.parts is not None:  # the blended score's parts; top_features explain the network's
+        if res.parts is not None:  # the blended score's parts, the one the score equals, the one top_features explain
             msg["score_parts"] = {name: float(v[j]) for name, v in res.parts.items()}
+            msg["leading_part"] = res.leading[j]
+            msg["explained_by"] = "network"
         out.append((aid.encode(), _encode(msg)))
     return out
 

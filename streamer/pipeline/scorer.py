@@ -40,6 +40,7 @@ class ScoreResult:
     p_values: np.ndarray  # for alert rows only
     explanation: Explanation | None  # for alert rows only
     parts: dict[str, np.ndarray] | None = None  # for alert rows only: the blended score's parts (network, isolation[, knn])
+    leading: np.ndarray | None = None  # for alert rows only, with parts: the name of the part the score equals
 
 
 class Scorer:
@@ -61,12 +62,13 @@ class Scorer:
             expl = model.explain(X[alert_rows], top_k=self.top_features, outputs=F[alert_rows],
                                  records=[records[i] for i in alert_rows.tolist()] if records is not None else None)
             pv = model.p_values(scores[alert_rows])
-        parts = None
+        parts = leading = None
         if p.forest is not None:
             parts = {"network": p.network[alert_rows], "isolation": p.forest[alert_rows]}
             if p.knn is not None:
                 parts["knn"] = p.knn[alert_rows]
-        return ScoreResult(scores, severities, alert_rows, pv, expl, parts)
+            leading = model.blend_.leading(*parts.values())
+        return ScoreResult(scores, severities, alert_rows, pv, expl, parts, leading)
 
 
 class ConstantScorer:
