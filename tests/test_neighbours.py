@@ -156,6 +156,7 @@ def test_alerts_carry_the_knn_part(contaminated):
 
     from kafka.consumer.fetcher import ConsumerRecord
 
+    from offline_train.blend import PART_NAMES
     from streamer.pipeline.alerts import build_alerts
     from streamer.pipeline.batch import RecordBatch
     from streamer.pipeline.decode import Decoder
@@ -173,15 +174,15 @@ def test_alerts_carry_the_knn_part(contaminated):
     th = {"warning": 0.0}  # every row alerts
     res = Scorer(top_features=2).score(det, dec.X, th)
     parts = det.score_parts(dec.X)
-    z = np.vstack(det.blend_.z_scores(parts.network, parts.forest, parts.knn))
     b = det.blend_
+    z = np.vstack(b.z_scores(parts.network, parts.forest, parts.knn))
     leads = []
     for k, (_, value) in enumerate(build_alerts(rb, dec, res, det, th)):
         alert = json.loads(value)
         got = alert["score_parts"]
         assert got == pytest.approx({"network": parts.network[k], "isolation": parts.forest[k], "knn": parts.knn[k]})
         # The leading part is the one whose z-score the score is mapped from; the explanation is the network's.
-        lead = ["network", "isolation", "knn"].index(alert["leading_part"])
+        lead = PART_NAMES.index(alert["leading_part"])
         assert z[lead, k] == z[:, k].max() and alert["explained_by"] == "network"
         assert alert["score"] == pytest.approx(np.exp(b.network_mean + b.network_std * z[lead, k]), rel=1e-6)
         leads.append(alert["leading_part"])

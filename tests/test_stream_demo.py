@@ -22,7 +22,7 @@ def test_demo_trains_streams_prints_alerts_and_cleans_up(tmp_path):
     assert len(ports) == 2 and not any(local_services.port_open("127.0.0.1", p) for p in ports)
     n_alerts = int(re.search(r"(\d+) alerts", text).group(1))
     alert_lines = [line for line in lines if line.startswith("ALERT ")]
-    assert len(alert_lines) == n_alerts
+    assert len(alert_lines) == n_alerts > 0
     # Each alert line shows the three parts of the default's score and the one the score equals.
     assert all(re.search(r"\(network [\d.]+, forest -?[\d.]+, k-NN [\d.]+; led by (network|forest|k-NN)\)", line)
                for line in alert_lines)
