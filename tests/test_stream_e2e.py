@@ -8,6 +8,7 @@ import urllib.request
 import numpy as np
 import pytest
 from conftest import make_blobs
+from prometheus_client.parser import text_string_to_metric_families
 from stream_support import (
     Collect,
     StreamerThread,
@@ -109,6 +110,13 @@ def test_planted_anomalies_alert_and_malformed_events_dead_letter(kafka_bootstra
     # Metrics say the same.
     assert f'kdsm_dead_letters_total{{reason="invalid_json"}} {float(sum(r == "invalid_json" for *_, r in kinds))}' in metrics
     assert "kdsm_last_commit_timestamp_seconds" in metrics and "kdsm_scorer_device_info" in metrics
+    # Every alert counted once more, by the part it was led by.
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    totals = {name: {tuple(x.labels.values()): x.value for x in families[name].samples if x.name.endswith("_total")}
+              for name in ("kdsm_alerts", "kdsm_alerts_by_part")}
+    by_part = {part: n for (part,), n in totals["kdsm_alerts_by_part"].items()}
+    assert sum(by_part.values()) == sum(totals["kdsm_alerts"].values()) > 0
+    assert {a["leading_part"] for a in alerts.values()} <= set(by_part) <= {"network", "isolation", "knn"}
     assert f'kdsm_sink_errors_total{{sink="Boom"}} {float(len(sink.batches))}' in metrics
 
 

@@ -408,6 +408,9 @@ class StreamApp:
         self.metrics.events.labels("dead_letter").inc(n_dead)
         for sev, c in severity_counts(res.severities).items():
             self.metrics.alerts.labels(sev).inc(c)
+        if res.leading is not None:
+            for part, c in zip(*np.unique(res.leading.astype(str), return_counts=True), strict=True):
+                self.metrics.alerts_by_part.labels(part).inc(int(c))
         self.metrics.batch_size.observe(len(rb))
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         c = self.counts

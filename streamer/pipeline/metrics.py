@@ -37,6 +37,8 @@ class StreamMetrics:
         r = self.registry = CollectorRegistry()
         self.events = Counter("kdsm_events", "events consumed, by result (scored | dead_letter)", ["result"], registry=r)
         self.alerts = Counter("kdsm_alerts", "alerts published, by severity", ["severity"], registry=r)
+        self.alerts_by_part = Counter("kdsm_alerts_by_part", "alerts published, by the score part they were led by "
+                                      "(network | isolation | knn; models with the blend only)", ["part"], registry=r)
         self.dead_letters = Counter("kdsm_dead_letters", "events sent to the dead-letter topic, by reason", ["reason"], registry=r)
         self.batch_size = Histogram("kdsm_batch_size", "events per micro-batch", registry=r,
                                     buckets=(1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10000))
