@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.set_defaults(func=lambda a: _train(a, settings_cls))
 
     p = sub.add_parser("score", help="score a Parquet file with a model artifact",
-                       description="Writes id/ts/label (when present), score, p_value and severity per row.")
+                       description="Writes id/ts/label (when present), score, p_value and severity per row; with the "
+                       "default blend also score_network, score_isolation, score_knn and leading_part.")
     p.add_argument("--model", required=True, help="artifact directory (a path or s3://bucket/prefix)")
     p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob; local or s3://bucket/prefix")
     p.add_argument("--out", required=True, help="output Parquet file (a path or s3://bucket/key.parquet)")

@@ -132,6 +132,13 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     return summary
 
 
+def _masked(values: np.ndarray, ok: np.ndarray, fill) -> pa.Array:
+    """``values`` (one per valid row) spread over every row, null where a row was invalid."""
+    full = np.full(len(ok), fill, dtype=values.dtype)
+    full[ok] = values
+    return pa.array(full.tolist() if values.dtype == object else full, mask=~ok)
+
+
 def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     """Score every row of Parquet ``data``; rows with bad features get a null score and ``invalid`` severity."""
     det = KDSM.load(model)
@@ -163,14 +170,22 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
                 encoded = enc.encode_arrow(rb)
                 X, ok = encoded.X, np.ones(rb.num_rows, bool)
                 ok[list(encoded.reasons)] = False
+            parts = det.score_parts(X[ok])
             scores = np.full(len(X), np.nan)
-            scores[ok] = det.decision_function(X[ok])
+            scores[ok] = parts.scores
             sev = det.severity(np.where(ok, scores, -np.inf)).astype(object)  # str would size to the longest name: "invalid" cut to "i"
             sev[~ok] = "invalid"
             cols = {c: rb.column(c) for c in passthrough}
             cols["score"] = pa.array(scores, mask=~ok)
             cols["p_value"] = pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok)
             cols["severity"] = pa.array(sev)
+            if parts.forest is not None:  # the blend: each part, and the one the score equals, as alerts carry them
+                named = {"network": parts.network, "isolation": parts.forest, "knn": parts.knn}
+                for name, values in named.items():
+                    if values is not None:
+                        cols[f"score_{name}"] = _masked(values, ok, np.nan)
+                leading = det.blend_.leading(*(v for v in named.values() if v is not None))
+                cols["leading_part"] = _masked(leading, ok, None)
             table = pa.table(cols)
             writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
             writer.write_table(table)

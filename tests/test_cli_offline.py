@@ -49,6 +49,9 @@ def test_train_then_score_end_to_end(small_parquet, tiny_config, tmp_path, capsy
     t = pq.read_table(scored)
     assert t.num_rows == 515
     assert {"id", "label", "score", "p_value", "severity"} <= set(t.column_names)
+    # The default's blend: each part, and the part the score equals (a far row led by the k-NN part or the forest).
+    assert {"score_network", "score_isolation", "score_knn", "leading_part"} <= set(t.column_names)
+    assert set(t.column("leading_part").to_pylist()) <= {"network", "isolation", "knn"}
     sev = np.array(t.column("severity").to_pylist())
     score = np.array(t.column("score").to_pylist())
     # A 60-step model ranks the planted outliers on top. The training history holds them too (3%), so the

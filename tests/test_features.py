@@ -284,8 +284,16 @@ def test_score_job_applies_the_models_spec(mixed_parquet, tmp_path):
     assert scored.column("severity").to_pylist()[3] == "invalid" and scored.column("score").null_count == 1
     rows = t.to_pylist()
     ok = [i for i in range(50) if i != 3]
-    np.testing.assert_allclose(np.asarray(scored.column("score").to_pylist())[ok].astype(float),
-                               det.decision_function(det.features_.encode_records([rows[i] for i in ok]).X))
+    parts = det.score_parts(det.features_.encode_records([rows[i] for i in ok]).X)
+    np.testing.assert_allclose(np.asarray(scored.column("score").to_pylist())[ok].astype(float), parts.scores)
+    # The blend's parts and the part that led, as alerts carry them; null for the invalid row.
+    for column, values in (("score_network", parts.network), ("score_isolation", parts.forest), ("score_knn", parts.knn)):
+        got = scored.column(column).to_pylist()
+        assert got[3] is None
+        np.testing.assert_allclose(np.asarray(got, dtype=object)[ok].astype(float), values)
+    leading = scored.column("leading_part").to_pylist()
+    assert leading[3] is None
+    assert [leading[i] for i in ok] == det.blend_.leading(parts.network, parts.forest, parts.knn).tolist()
 
 
 def test_absent_column_follows_its_missing_policy_offline(mixed_parquet, tmp_path, capsys):
