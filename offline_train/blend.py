@@ -40,6 +40,8 @@ one whose z-score was the largest (``leading``: the part the score equals).
 True
 >>> Blend.from_dict(b.to_dict()) == b
 True
+>>> b.leading(np.array([1.0, 10.0]), np.array([0.6, 0.45])).tolist()  # two parts: no k-NN part to lead
+['isolation', 'network']
 >>> b3 = Blend.fit(np.exp(rng.normal(size=1000)), rng.uniform(0.3, 0.6, size=1000), rng.uniform(1, 2, size=1000))
 >>> s3 = b3(np.array([1.0, 1.0]), np.array([0.45, 0.45]), np.array([1.5, 9.0]))
 >>> bool(s3[1] > s3[0]), Blend.from_dict(b3.to_dict()) == b3
