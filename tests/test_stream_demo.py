@@ -27,4 +27,8 @@ def test_demo_trains_streams_prints_alerts_and_cleans_up(tmp_path):
     assert all(re.search(r"\(network [\d.]+, forest -?[\d.]+, k-NN [\d.]+; led by (network|forest|k-NN)\)", line)
                for line in alert_lines)
     assert (tmp_path / "model" / "report" / "report.json").exists()
-    assert b"kdsm_events_total" in (tmp_path / "metrics.txt").read_bytes()
+    metrics = (tmp_path / "metrics.txt").read_text()
+    assert "kdsm_events_total" in metrics
+    # Every alert the streamer published is printed, the last batch's too.
+    published = sum(float(v) for v in re.findall(r"^kdsm_alerts_total\{[^}]*\} (\S+)$", metrics, re.M))
+    assert published == n_alerts

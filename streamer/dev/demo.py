@@ -144,6 +144,17 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         reader.assign([TopicPartition(s.kafka.alerts_topic, 0)])
         reader.seek_to_beginning()
         seen, true_alerts = 0, 0
+
+        def show_alerts() -> None:
+            nonlocal seen, true_alerts
+            for recs in reader.poll(timeout_ms=200).values():
+                for r in recs:
+                    a = json.loads(r.value)
+                    label = labels[int(a["event_id"]) % n]
+                    seen += 1
+                    true_alerts += label == 1
+                    out(_alert_line(a, label))
+
         switched = False
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
@@ -154,15 +165,13 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
                 change = ThresholdOps.from_settings(s, app.provider.current()).set("warning", quantile=0.9, by="kdsm demo")
                 out(f"-- ops: warning threshold {change['old']:.2f} -> {change['new']:.2f} (calibration q0.90) in Redis; "
                     f"the streamer picks it up within a second --")
-            for recs in reader.poll(timeout_ms=200).values():
-                for r in recs:
-                    a = json.loads(r.value)
-                    label = labels[int(a["event_id"]) % n]
-                    seen += 1
-                    true_alerts += label == 1
-                    out(_alert_line(a, label))
+            show_alerts()
             if not producer.is_alive() and app.counts["events"] >= events and not app.checkpoint.in_flight:
                 break
+        # The last batch's alerts may still be on their way to the reader: print every alert the streamer published.
+        drain_until = time.monotonic() + 10
+        while seen < app.counts["alerts"] and time.monotonic() < drain_until:
+            show_alerts()
         stop.set()
         reader.close()
         scored = app.counts["events"]
