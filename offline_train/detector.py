@@ -27,7 +27,7 @@ import torch
 from sklearn.base import BaseEstimator
 
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
-from .blend import Blend
+from .blend import PART_NAMES, Blend
 from .calibrate import Calibration, severity_of
 from .config import (
     CalibrationConfig,
@@ -79,6 +79,14 @@ class ScoreParts:
     network: np.ndarray  # ||f(x)||, the network's score
     forest: np.ndarray | None  # the isolation forest's score (score.forest_metric), where the blend is on
     knn: np.ndarray | None = None  # the distance to the k-th nearest kept training row, where score.knn is on
+
+    def by_name(self) -> dict[str, np.ndarray] | None:
+        """The blended score's parts by their names in alerts (``blend.PART_NAMES``), in ``Blend.z_scores`` order;
+        None for the network's score alone."""
+        if self.forest is None:
+            return None
+        parts = dict(zip(PART_NAMES, (self.network, self.forest, self.knn), strict=True))
+        return {name: values for name, values in parts.items() if values is not None}
 
 
 def _or_default(section, cls):

@@ -179,13 +179,11 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
             cols["score"] = pa.array(scores, mask=~ok)
             cols["p_value"] = pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok)
             cols["severity"] = pa.array(sev)
-            if parts.forest is not None:  # the blend: each part, and the one the score equals, as alerts carry them
-                named = {"network": parts.network, "isolation": parts.forest, "knn": parts.knn}
+            named = parts.by_name()
+            if named is not None:  # the blend: each part, and the one the score equals, as alerts carry them
                 for name, values in named.items():
-                    if values is not None:
-                        cols[f"score_{name}"] = _masked(values, ok, np.nan)
-                leading = det.blend_.leading(*(v for v in named.values() if v is not None))
-                cols["leading_part"] = _masked(leading, ok, None)
+                    cols[f"score_{name}"] = _masked(values, ok, np.nan)
+                cols["leading_part"] = _masked(det.blend_.leading(*named.values()), ok, None)
             table = pa.table(cols)
             writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
             writer.write_table(table)

@@ -63,10 +63,9 @@ class Scorer:
                                  records=[records[i] for i in alert_rows.tolist()] if records is not None else None)
             pv = model.p_values(scores[alert_rows])
         parts = leading = None
-        if p.forest is not None:
-            parts = {"network": p.network[alert_rows], "isolation": p.forest[alert_rows]}
-            if p.knn is not None:
-                parts["knn"] = p.knn[alert_rows]
+        named = p.by_name()
+        if named is not None:
+            parts = {name: values[alert_rows] for name, values in named.items()}
             leading = model.blend_.leading(*parts.values())
         return ScoreResult(scores, severities, alert_rows, pv, expl, parts, leading)
 
