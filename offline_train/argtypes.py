@@ -10,6 +10,12 @@ argparse.ArgumentTypeError: expected a positive integer, got 0
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a TCP port (1-65535), got 99999
+>>> positive_float("0.5"), port_or_free("0")
+(0.5, 0)
+>>> positive_float("-1")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a positive number, got -1.0
 >>> share("0.1"), share("1")
 (0.1, 1.0)
 >>> share("2")
@@ -44,6 +50,22 @@ def port(text: str) -> int:
     if not 1 <= n <= 65535:
         raise argparse.ArgumentTypeError(f"expected a TCP port (1-65535), got {n}")
     return n
+
+
+def positive_float(text: str) -> float:
+    """A finite number above zero (a rate, a duration)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {x}")
+    return x
+
+
+def port_or_free(text: str) -> int:
+    """A TCP port number, or 0 for a free one."""
+    return 0 if _int(text, "a TCP port (1-65535) or 0 for a free one") == 0 else port(text)
 
 
 def share(text: str) -> float:

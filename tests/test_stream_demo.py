@@ -32,3 +32,17 @@ def test_demo_trains_streams_prints_alerts_and_cleans_up(tmp_path):
     # Every alert the streamer published is printed, the last batch's too.
     published = sum(float(v) for v in re.findall(r"^kdsm_alerts_total\{[^}]*\} (\S+)$", metrics, re.M))
     assert published == n_alerts
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--events", "-5"], "expected a positive integer"), (["--steps", "0"], "expected a positive integer"),
+    (["--rate", "0"], "expected a positive number"), (["--duration", "x"], "expected a positive number"),
+    (["--metrics-port", "70000"], "expected a TCP port (1-65535)")])
+def test_demo_refuses_a_bad_option_in_one_line(argv, message, capsys):
+    """Before any service starts: a count, rate or duration that cannot run is a usage line and exit 2."""
+    from streamer.ops.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["demo", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from offline_train.argtypes import port_or_free, positive_float, positive_int
 from offline_train.config import load_settings
 
 
@@ -70,12 +71,12 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p = sub.add_parser("demo", help="the whole product on your machine: local broker + Redis, train, stream, alerts",
                        description="Starts a local Tansu broker and Redis, trains on the bundled cardio data, replays it as a "
                                    "live stream with anomalies, prints alerts as they arrive, then cleans up.")
-    p.add_argument("--events", type=int, default=3000, help="events to replay (the data set is cycled)")
-    p.add_argument("--rate", type=float, default=500.0, help="events per second")
-    p.add_argument("--duration", type=float, default=120.0, help="stop after this many seconds at the latest")
-    p.add_argument("--steps", type=int, default=400, help="training steps of the demo model")
+    p.add_argument("--events", type=positive_int, default=3000, help="events to replay (the data set is cycled)")
+    p.add_argument("--rate", type=positive_float, default=500.0, help="events per second")
+    p.add_argument("--duration", type=positive_float, default=120.0, help="stop after this many seconds at the latest")
+    p.add_argument("--steps", type=positive_int, default=400, help="training steps of the demo model")
     p.add_argument("--workdir", help="where the model, report and logs go (default: a new temp directory)")
-    p.add_argument("--metrics-port", type=int, default=0, help="metrics port (default: a free one)")
+    p.add_argument("--metrics-port", type=port_or_free, default=0, help="metrics port (default 0: a free one)")
     p.add_argument("--mixed", action="store_true", help="mixed events: the bundled Solar Flare data (categorical fields, "
                                                         "a nested object) under its feature spec; alerts name categories")
     p.set_defaults(func=lambda a: _demo(a, settings_cls))
