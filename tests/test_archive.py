@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import time
 
@@ -11,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from offline_train.data import ParquetSource
+from streamer.lifecycle import archive
 from streamer.lifecycle.archive import (
     SPOOL,
     ArchiveSink,
@@ -52,6 +55,61 @@ def test_rows_schema_and_no_loss(tmp_path):
     X, _ = src.load()
     assert X.shape == (200, 2)
     assert not list(tmp_path.rglob("*.tmp")) and not list((tmp_path / SPOOL).glob("*"))
+
+
+class TornWrites(io.RawIOBase):
+    """A spool file whose next write, once armed, lands half its bytes and then fails, as a full disk does."""
+
+    def __init__(self, f):
+        self.f, self.armed = f, False
+
+    def write(self, b):
+        if self.armed:
+            self.armed = False
+            self.f.write(bytes(b)[: max(1, len(b) // 2)])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.f.write(b)
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self.f.fileno()
+
+    def tell(self):
+        return self.f.tell()
+
+    def seek(self, pos, whence=0):
+        return self.f.seek(pos, whence)
+
+    def close(self):
+        self.f.close()
+        super().close()
+
+
+def test_a_torn_write_loses_that_batch_only(tmp_path, monkeypatch):
+    spools = []
+
+    def open_spool(path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        if str(path).endswith(".arrows") and "w" in mode:
+            spools.append(f := TornWrites(f))
+        return f
+
+    monkeypatch.setattr(archive, "open", open_spool, raising=False)
+    sink = ArchiveSink(ArchiveConfig(dir=str(tmp_path), fsync=True), background=False)
+    sink.on_committed(example_batch(100, offset0=0))
+    spools[0].armed = True
+    with pytest.raises(OSError):
+        sink.on_committed(example_batch(100, offset0=100))
+    for k in range(2, 6):
+        sink.on_committed(example_batch(100, offset0=100 * k))
+    sink.close()
+    # Before the fix the torn message stopped the reader: offsets 200-599 were written, acknowledged and lost.
+    offsets = sorted(read_all(tmp_path).column("kdsm_offset").to_pylist())
+    assert offsets == list(range(100)) + list(range(200, 600))
+    assert len(spools) == 2 and not list((tmp_path / SPOOL).glob("*"))
+    assert sink.metrics.archive_files.labels("write-error")._value.get() == 1
 
 
 def test_roll_by_size_age_and_date(tmp_path):

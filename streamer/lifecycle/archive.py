@@ -194,17 +194,29 @@ class _Spool:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.id = uuid.uuid4().hex[:12]
         self.path = self.dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{self.id}.arrows"
-        self.f = open(self.path, "wb")
+        self.f = open(self.path, "wb", buffering=0)  # unbuffered: tell() is what the disk holds, so a torn write can be cut
         fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.writer = ipc.new_stream(self.f, schema)
         self.schema, self.opened, self.fsync, self.rows = schema, opened, fsync, 0
         self.date = time.strftime("%Y-%m-%d", time.gmtime(opened))
+        self.torn = False
 
     def append(self, table: pa.Table) -> None:
-        self.writer.write_table(table)
-        self.f.flush()
-        if self.fsync:
-            os.fsync(self.f.fileno())
+        good = self.f.tell()
+        try:
+            self.writer.write_table(table)
+            if self.fsync:
+                os.fsync(self.f.fileno())
+        except BaseException:
+            # A reader stops at the first torn message, so every batch written after it would be lost: cut it off.
+            # The spool is then closed with the batches before it (the sink rolls it); its writer is not used again.
+            self.torn = True
+            try:
+                os.ftruncate(self.f.fileno(), good)
+                self.f.seek(good)
+            except OSError as e:
+                log.error({"event": "archive_spool_cut_failed", "path": str(self.path), "error": str(e)})
+            raise
         self.rows += table.num_rows
 
     @property
@@ -212,8 +224,8 @@ class _Spool:
         return self.f.tell()
 
     def finish(self) -> None:
-        self.writer.close()
-        self.f.flush()
+        if not self.torn:  # a torn spool ends at its last whole batch; read_spool needs no end-of-stream marker
+            self.writer.close()
         # The lock goes with the descriptor; convert before unlocking so no recovery races us.
 
 
@@ -262,7 +274,11 @@ class ArchiveSink:
                 self._roll("schema-or-date")
             if self._spool is None:
                 self._spool = _Spool(self.spool_root, table.schema, now, self.cfg.fsync)
-            self._spool.append(table)
+            try:
+                self._spool.append(table)
+            except Exception:
+                self._roll("write-error")  # its whole batches are kept; the next batch opens a new spool
+                raise
             self.metrics.archive_rows.inc(table.num_rows)
             self.maybe_roll(now)
 
