@@ -196,6 +196,9 @@ def malformed_corpus(names: list[str], max_bytes: int = 65536) -> list[tuple[str
         ("single_quotes", b"{'id': 1}", "invalid_json"),
         ("deep_nesting", b"[" * 1500 + b"]" * 1500, "invalid_json"),
         ("utf8_bom", b"\xef\xbb\xbf" + obj(), "invalid_json"),
+        # json.loads accepts an escaped lone surrogate; no alert, archive row or dead letter could encode it as UTF-8
+        ("lone_surrogate_id", obj().replace(b'"bad"', b'"\\ud800"', 1), "invalid_json"),
+        ("lone_surrogate_timestamp", obj(ts="x").replace(b'"x"', b'"\\udc00"', 1), "invalid_json"),
         ("json_array", json.dumps([0.5] * len(names)).encode(), "not_an_object"),
         ("json_string", b'"event"', "not_an_object"),
         ("json_number", b"42", "not_an_object"),

@@ -112,8 +112,9 @@ EDGE = {
     "nan_in_an_extra_key_is_valid": (b'{"id": 1, "x": NaN, "f0": 1, "f1": 2, "f2": 3}', None),
     "infinity_feature": (b'{"id": 1, "f0": Infinity, "f1": 2, "f2": 3}', "non_finite_feature"),
     "overflow_feature_negative": (b'{"id": 1, "f0": -1e999, "f1": 2, "f2": 3}', "non_finite_feature"),
-    "lone_surrogate_id_is_valid": (b'{"id": "\\ud800", "f0": 1, "f1": 2, "f2": 3}', None),
-    "lone_surrogate_extra": (b'{"id": 1, "x": "\\udfff", "f0": 1, "f1": 2, "f2": 3}', None),
+    "lone_surrogate_id": (b'{"id": "\\ud800", "f0": 1, "f1": 2, "f2": 3}', "invalid_json"),
+    "lone_surrogate_extra": (b'{"id": 1, "x": "\\udfff", "f0": 1, "f1": 2, "f2": 3}', "invalid_json"),
+    "surrogate_pair_is_valid": (b'{"id": "\\ud83d\\ude00", "f0": 1, "f1": 2, "f2": 3}', None),
     "surrogate_bytes": (b'{"id": "\xed\xa0\x80", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
     "overlong_utf8": (b'{"id": "\xc0\xaf", "f0": 1, "f1": 2, "f2": 3}', "invalid_utf8"),
     # msgspec reads extra keys without decoding them: their UTF-8 is checked apart.

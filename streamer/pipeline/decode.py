@@ -60,7 +60,7 @@ REASONS = {
     "empty": "the message has no value (null or zero bytes)",
     "oversized": "the value is larger than kafka.max_event_bytes",
     "invalid_utf8": "the value is not UTF-8 text",
-    "invalid_json": "the value is not parseable JSON (or nests too deeply)",
+    "invalid_json": "the value is not parseable JSON (or nests too deeply, or escapes a lone UTF-16 surrogate)",
     "not_an_object": "the JSON value is not an object",
     "missing_id": "the id field is absent or null",
     "invalid_id": "the id is not a string or an integer",
@@ -85,6 +85,19 @@ def _is_utf8(b: bytes) -> bool:
     try:
         b.decode("utf-8")
     except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_unicode(obj) -> bool:
+    """Whether every string of a parsed JSON object (keys too) is Unicode text, encodable as UTF-8.
+
+    >>> _is_unicode(json.loads('{"id": "\\\\u00e9"}')), _is_unicode(json.loads('{"id": "\\\\ud800"}'))
+    (True, False)
+    """
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
         return False
     return True
 
@@ -309,6 +322,11 @@ class Decoder:
             return None
         if type(obj) is not dict:
             rejects.append(Reject(i, "not_an_object", f"JSON {type(obj).__name__}, expected an object"))
+            return None
+        if "\\u" in text and not _is_unicode(obj):
+            # json.loads accepts an escaped lone surrogate ("\\ud800"); an alert, the archive or a dead letter
+            # quoting that string could not be encoded as UTF-8 and would fail its whole batch.
+            rejects.append(Reject(i, "invalid_json", "a string escapes a lone surrogate (\\ud800-\\udfff), not Unicode text"))
             return None
         return obj
 
