@@ -11,11 +11,49 @@ Loaded from YAML with env overrides ``KDSM_<SECTION>__<KEY>`` (see
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from offline_train.config import Section, TrainSettings
 from streamer.lifecycle.config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
+
+REDIS_URL_FORMS = "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock"
+
+
+def check_redis_url(url: str) -> str:
+    """``url`` if redis-py can build a client from it: scheme redis, rediss or unix, a port in 1..65535 when given.
+
+    The message never repeats the URL: it may hold a password.
+
+    >>> check_redis_url("rediss://:pw@[::1]:6380/0?ssl_ca_certs=/ca.pem")
+    'rediss://:pw@[::1]:6380/0?ssl_ca_certs=/ca.pem'
+    >>> check_redis_url("127.0.0.1:6379")
+    Traceback (most recent call last):
+    ...
+    ValueError: no scheme: expected redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock
+    >>> check_redis_url("redis://127.0.0.1:99999/0")
+    Traceback (most recent call last):
+    ...
+    ValueError: the port is not a number in 1..65535
+    """
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if not scheme:
+        raise ValueError(f"no scheme: expected {REDIS_URL_FORMS}")
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"scheme {scheme}:// is not redis://, rediss:// or unix://: expected {REDIS_URL_FORMS}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # urllib checks the port here, and the brackets of an IPv6 address above
+    except ValueError as e:
+        if "port" in str(e).lower():  # out of 0..65535, or not a number (not quoted: it may be a misplaced password)
+            raise ValueError("the port is not a number in 1..65535") from None
+        raise ValueError(f"not a URL ({e}): expected {REDIS_URL_FORMS}") from None
+    if port == 0:
+        raise ValueError("the port is not a number in 1..65535")
+    if scheme == "unix" and not parts.path:
+        raise ValueError("unix:// needs the socket's path: unix:///path/to/redis.sock")
+    return url
 
 
 class KafkaConfig(Section):
@@ -62,13 +100,18 @@ class KafkaConfig(Section):
 class RedisConfig(Section):
     """The Redis control plane: live thresholds, model registry, retrain requests and lock (streamer.lifecycle.control)."""
 
-    url: str = Field("redis://127.0.0.1:16379/0", description="redis:// or rediss:// URL")
+    url: str = Field("redis://127.0.0.1:16379/0", description="redis://host:port/db, rediss:// (TLS) or unix:///path URL; a port in 1..65535")
     password: SecretStr | None = Field(None, description="Redis password (prefer env KDSM_REDIS__PASSWORD)")
     key_prefix: str = Field("kdsm:", description="prefix of every key and channel the product uses")
     socket_timeout_s: float = Field(0.5, gt=0, description="per-command timeout of the scoring path (live thresholds); a slow Redis never stalls scoring longer")
     command_timeout_s: float = Field(3.0, gt=0, description="per-command timeout of the control plane: registry, retrain, drift, the kdsm commands")
     connect_timeout_s: float = Field(3.0, gt=0, description="give up connecting to Redis after this long (a kdsm command then says Redis is unreachable)")
     refresh_s: float = Field(1.0, gt=0, description="periodic threshold re-read, in addition to pub/sub notifications")
+
+    @field_validator("url")
+    @classmethod
+    def _url_parses(cls, v: str) -> str:
+        return check_redis_url(v)
 
 
 class StreamConfig(Section):

@@ -60,3 +60,23 @@ def test_errors_name_the_key(tmp_path, monkeypatch):
     monkeypatch.setenv("KDSM_TRAIN__STEPS", "many")
     with pytest.raises(ConfigError, match=r"train\.steps"):
         load_settings(Settings)
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://127.0.0.1:1", "scheme http:// is not redis://, rediss:// or unix://"),
+    ("redis://127.0.0.1:99999/0", "the port is not a number in 1..65535"),
+    ("redis://127.0.0.1:0/0", "the port is not a number in 1..65535"),
+    ("redis://[::1", "not a URL (Invalid IPv6 URL)"),
+    ("127.0.0.1:6379", "no scheme: expected redis://"),
+    ("unix://", "needs the socket's path")])
+def test_redis_url_is_checked(url, message, monkeypatch):
+    monkeypatch.setenv("KDSM_REDIS__URL", url)
+    with pytest.raises(ConfigError, match=r"redis\.url: Value error, ") as e:
+        load_settings(Settings)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:16379/0", "rediss://:pw@redis:6380/0?ssl_ca_certs=/ca.pem",
+                                 "redis://[::1]:6379", "redis://redis", "unix:///run/redis.sock?db=1"])
+def test_redis_url_forms_redis_py_reads_pass(url):
+    assert load_settings(Settings, redis={"url": url}).redis.url == url

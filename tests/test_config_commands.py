@@ -104,3 +104,14 @@ def test_console_command_exit_status(tmp_path):
     r = subprocess.run([sys.executable, "-m", "streamer", "config", "check", str(bad)],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "sigma.bsae: unknown key" in r.stderr
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "redis://127.0.0.1:99999/0", "redis://[::1", "127.0.0.1:6379"])
+def test_a_redis_url_redis_py_cannot_read_is_a_config_error(url, monkeypatch, capsys):
+    """kdsm config check said OK, and kdsm models list died in redis-py's from_url with a traceback."""
+    monkeypatch.setenv("KDSM_REDIS__URL", url)
+    assert main(["config", "check", str(ROOT / "configs" / "demo.yaml")]) == 2
+    assert "redis.url: Value error" in capsys.readouterr().err
+    assert main(["models", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kdsm models: error: invalid configuration") and "redis.url" in err and "Traceback" not in err

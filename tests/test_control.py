@@ -3,6 +3,9 @@
 import threading
 import time
 
+import pytest
+
+from offline_train.config import ConfigError
 from streamer.lifecycle.control import ChannelWatcher, Keys, connect
 
 
@@ -49,3 +52,10 @@ def test_one_prefix_for_every_key():
     names = [k.versions, k.version("v"), k.pointers, k.channel, k.log, k.lock, k.requests, k.runs, k.drift,
              k.drift_cooldown, k.thresholds("v"), k.thresholds_audit("v"), k.thresholds_channel]
     assert all(n.startswith("p:") for n in names) and len(set(names)) == len(names)
+
+
+def test_connect_turns_a_url_redis_py_refuses_into_one_config_error():
+    """What slips past the redis.url check (a bad query option) is a ConfigError, and the password stays out of it."""
+    with pytest.raises(ConfigError, match=r"^redis\.url cannot be used: Invalid value for 'socket_timeout'") as e:
+        connect("redis://:pw-77aa@127.0.0.1:6379/0?socket_timeout=abc")
+    assert "pw-77aa" not in str(e.value)

@@ -122,11 +122,20 @@ def mask_url(value: str) -> str:
 
 def connect(url: str, password: str | None = None, *, timeout_s: float | None = 0.5, connect_timeout_s: float = 3.0,
             health_check_interval: int = 0):
-    """The one Redis client constructor (``decode_responses``; ``timeout_s=None`` = blocking reads)."""
+    """The one Redis client constructor (``decode_responses``; ``timeout_s=None`` = blocking reads).
+
+    A URL redis-py cannot read (settings validate ``redis.url``; this catches what slips past, e.g. a bad query
+    option) is a ``ConfigError``: one line naming ``redis.url``, not redis-py's traceback.
+    """
     import redis
 
-    return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=timeout_s,
-                                socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
+    from offline_train.config import ConfigError
+
+    try:
+        return redis.Redis.from_url(url, password=password, decode_responses=True, socket_timeout=timeout_s,
+                                    socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
+    except ValueError as e:
+        raise ConfigError(f"redis.url cannot be used: {e}") from None  # no URL: it may hold a password
 
 
 class RedisUnavailable(ConnectionError):
