@@ -10,6 +10,8 @@ Loaded from YAML with env overrides ``KDSM_<SECTION>__<KEY>`` (see
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -56,10 +58,41 @@ def check_redis_url(url: str) -> str:
     return url
 
 
+_HOST_PORT = re.compile(r"(?P<host>\[[^\[\]]*\]|[^\s\[\]:/@,]+):(?P<port>[0-9]+)")
+
+
+def check_bootstrap(value: str) -> str:
+    """``value`` if it is a comma-separated list of ``host:port`` (``[IPv6]:port``), every port in 1..65535.
+
+    >>> check_bootstrap("kafka-0:9092, 10.0.0.7:9093,[::1]:9094")
+    'kafka-0:9092, 10.0.0.7:9093,[::1]:9094'
+    >>> check_bootstrap("localhost:abc")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'localhost:abc' is not host:port with a port in 1..65535 (IPv6: [::1]:9092)
+    """
+    entries = [e.strip() for e in value.split(",")]
+    if entries == [""]:
+        raise ValueError("empty: expected a comma-separated host:port list, e.g. kafka-0:9092,kafka-1:9092")
+    for entry in entries:
+        if not entry:
+            raise ValueError(f"an empty entry in {value!r}: expected a comma-separated host:port list")
+        m = _HOST_PORT.fullmatch(entry)
+        ok = m is not None and 1 <= int(m["port"]) <= 65535
+        if ok and m["host"].startswith("["):
+            try:
+                ipaddress.IPv6Address(m["host"][1:-1])
+            except ValueError:
+                ok = False
+        if not ok:
+            raise ValueError(f"{entry!r} is not host:port with a port in 1..65535 (IPv6: [::1]:9092)")
+    return value
+
+
 class KafkaConfig(Section):
     """Broker, topics and client settings of the streamer (kafka-python)."""
 
-    bootstrap: str = Field("127.0.0.1:19092", description="comma-separated host:port list of the Kafka brokers")
+    bootstrap: str = Field("127.0.0.1:19092", description="comma-separated host:port list of the Kafka brokers (IPv6: [::1]:9092); a port in 1..65535")
     events_topic: str = Field("kdsm.events", description="topic the streamer consumes events from")
     alerts_topic: str = Field("kdsm.alerts", description="topic alerts are published to (key = alert_id)")
     deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
@@ -88,6 +121,11 @@ class KafkaConfig(Section):
     delivery: Literal["at_least_once", "exactly_once"] = Field("at_least_once", description="at_least_once: alerts are acked, then offsets committed (a crash re-sends, subscribers de-duplicate by alert_id); exactly_once: a batch's alerts, dead letters and offsets commit in one Kafka transaction (subscribers read with isolation.level=read_committed)")
     commit_interval_ms: int = Field(0, ge=0, description="at_least_once: commit the acknowledged batches' offsets at most this often (0 = after every batch); fewer synchronous commits pay where a commit is a network round trip away (on a local broker the gain was within noise), and a crash re-sends up to this long's events more (de-duplicated by alert_id); the archive sees a batch after its commit; exactly_once commits every batch's transaction")
     transactional_id: str | None = Field(None, description="exactly_once: this instance's transactional id, stable across its restarts and unique in the group (a second process with the same id fences the first); None = <group_id>.<hostname>")
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _bootstrap_parses(cls, v: str) -> str:
+        return check_bootstrap(v)
 
     @model_validator(mode="after")
     def _interval_needs_at_least_once(self) -> KafkaConfig:

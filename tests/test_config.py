@@ -80,3 +80,23 @@ def test_redis_url_is_checked(url, message, monkeypatch):
                                  "redis://[::1]:6379", "redis://redis", "unix:///run/redis.sock?db=1"])
 def test_redis_url_forms_redis_py_reads_pass(url):
     assert load_settings(Settings, redis={"url": url}).redis.url == url
+
+
+@pytest.mark.parametrize(("bootstrap", "message"), [
+    ("", "empty: expected a comma-separated host:port list"),
+    ("localhost:abc", "'localhost:abc' is not host:port"),
+    ("[::1", "'[::1' is not host:port"),
+    ("kafka:0", "with a port in 1..65535"), ("kafka:70000", "with a port in 1..65535"),
+    ("kafka", "'kafka' is not host:port"), ("a:9092,,b:9092", "an empty entry")])
+def test_kafka_bootstrap_is_checked(bootstrap, message, monkeypatch):
+    """An empty bootstrap died in kdsm stream with an IndexError, a bad port or IPv6 address with a ValueError."""
+    monkeypatch.setenv("KDSM_KAFKA__BOOTSTRAP", bootstrap)
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap: Value error, ") as e:
+        load_settings(Settings)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("bootstrap", ["127.0.0.1:19092", "kafka-0:9092,kafka-1:9092", "kafka-0:9092, kafka-1:9093",
+                                       "[::1]:9092", "kafka.kafka.svc:9092,[fd00::7]:9093"])
+def test_kafka_bootstrap_forms_pass(bootstrap):
+    assert load_settings(Settings, kafka={"bootstrap": bootstrap}).kafka.bootstrap == bootstrap

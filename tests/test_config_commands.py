@@ -115,3 +115,14 @@ def test_a_redis_url_redis_py_cannot_read_is_a_config_error(url, monkeypatch, ca
     assert main(["models", "list"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kdsm models: error: invalid configuration") and "redis.url" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bootstrap", ["", "localhost:abc", "[::1"])
+def test_a_bootstrap_kafka_python_cannot_read_is_a_config_error(bootstrap, monkeypatch, capsys):
+    monkeypatch.setenv("KDSM_KAFKA__BOOTSTRAP", bootstrap)
+    assert main(["config", "check", str(ROOT / "configs" / "demo.yaml")]) == 2
+    assert "kafka.bootstrap: Value error" in capsys.readouterr().err
+    assert main(["replay", "--data", str(ROOT / "absent.parquet")]) == 2  # the settings fail first, one line
+    err = capsys.readouterr().err
+    assert err.startswith("kdsm replay: error: invalid configuration") and "kafka.bootstrap" in err
+    assert "Traceback" not in err
