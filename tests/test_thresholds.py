@@ -219,3 +219,57 @@ def test_the_artifact_calibration_is_the_models_without_loading_it(tiny_model_di
         f.write(b"x")
     with pytest.raises(ArtifactError, match="checksum"):
         ArtifactCalibration.read(broken)
+
+
+def test_reset_of_one_severity_keeps_the_order(tmp_path, capsys, redis_url, redis_client, unique, tiny_model_dir, model):
+    """critical=3C, warning=2C, then `reset --severity critical` (back to C < 2C) is refused, naming warning."""
+    prefix = f"kdsm-test-{unique}:"
+    base = ["--model", str(tiny_model_dir), "--config", _config(tmp_path, redis_url, prefix)]
+    crit = model.thresholds_["critical"]
+    _cli(capsys, "thresholds", "set", *base, "--severity", "critical", "--score", str(3 * crit))
+    _cli(capsys, "thresholds", "set", *base, "--severity", "warning", "--score", str(2 * crit))
+    before = redis_client.hgetall(f"{prefix}thresholds:{model.version_}")
+    assert kdsm(["thresholds", "reset", *base, "--severity", "critical"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "critical" in err and "below warning" in err
+    assert "reset warning first" in err
+    assert redis_client.hgetall(f"{prefix}thresholds:{model.version_}") == before  # nothing written, nothing audited
+    assert len(redis_client.lrange(f"{prefix}thresholds:{model.version_}:audit", 0, -1)) == 2
+    # The order the message names works; resetting all at once always does.
+    _cli(capsys, "thresholds", "reset", *base, "--severity", "warning")
+    _cli(capsys, "thresholds", "reset", *base, "--severity", "critical")
+    _cli(capsys, "thresholds", "set", *base, "--severity", "critical", "--score", str(3 * crit))
+    _cli(capsys, "thresholds", "set", *base, "--severity", "warning", "--score", str(2 * crit))
+    assert _cli(capsys, "thresholds", "reset", *base)["reset"]
+    assert redis_client.hgetall(f"{prefix}thresholds:{model.version_}") == {}
+
+
+def test_two_operators_at_once_cannot_invert_the_order(redis_url, redis_client, unique, model, monkeypatch):
+    """Operator B's critical change lands between operator A's read and write: A's write is retried and refused.
+
+    Each change alone keeps warning <= critical (A: warning to the middle of [W, C]; B: critical to a quarter of the way),
+    together they would invert it. The interleaving is forced by running B's whole `set` inside A's check.
+    """
+    from streamer.lifecycle import thresholds as th
+
+    prefix = f"kdsm-test-{unique}:"
+    w, c = model.thresholds_["warning"], model.thresholds_["critical"]
+    a = th.ThresholdOps(ThresholdStore(connect(redis_url), prefix), model)
+    b = th.ThresholdOps(ThresholdStore(connect(redis_url), prefix), model)
+    real_check, calls = th.check_order, []
+
+    def check_then_b_writes(artifact, proposed):
+        calls.append(dict(proposed))
+        if len(calls) == 1:  # A has read the overrides and is checking: B commits its change now
+            b.set("critical", score=w + 0.25 * (c - w), by="bob")
+        real_check(artifact, proposed)
+
+    monkeypatch.setattr(th, "check_order", check_then_b_writes)
+    with pytest.raises(th.ThresholdError, match="critical .* would be below warning"):
+        a.set("warning", score=w + 0.5 * (c - w), by="alice")
+    monkeypatch.undo()
+    assert len(calls) == 3  # A's first check, B's check, A's re-check on the values B wrote
+    eff = a.show()["effective"]
+    assert eff["warning"]["score"] == w and eff["critical"]["score"] == pytest.approx(w + 0.25 * (c - w))
+    assert eff["warning"]["score"] <= eff["critical"]["score"]
+    assert [e["by"] for e in a.store.audit(model.version_)] == ["bob"]

@@ -38,6 +38,7 @@ from .control import ChannelWatcher, Keys, connect, redis_client, require
 log = logging.getLogger("kdsm.thresholds")
 
 AUDIT_KEEP = 1000
+CHANGE_ATTEMPTS = 10  # re-reads of a change that lost a race with another operator
 
 
 class ThresholdError(ValueError):
@@ -78,7 +79,10 @@ class ThresholdStore:
         return self.keys.thresholds_audit(version)
 
     def overrides(self, version: str) -> dict[str, dict]:
-        raw = self.client.hgetall(self.key(version))
+        return self._parse(version, self.client.hgetall(self.key(version)))
+
+    @staticmethod
+    def _parse(version: str, raw: dict) -> dict[str, dict]:
         out = {}
         for sev, text in raw.items():
             try:
@@ -93,6 +97,7 @@ class ThresholdStore:
         return [json.loads(x) for x in self.client.lrange(self.audit_key(version), 0, n - 1)]
 
     def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
+        """Write one override as given, unchecked (tests, tools); ``ThresholdOps.set`` checks the order atomically."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         rec = {"score": float(score), "quantile": quantile, "set_by": by, "set_at": now}
         entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
@@ -104,19 +109,38 @@ class ThresholdStore:
             p.execute()
         return entry
 
-    def reset(self, version: str, severities: list[str], by: str, old: dict[str, float], new: dict[str, float]) -> list[dict]:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        entries = [{"action": "reset", "severity": s, "old": old[s], "new": new[s], "quantile": None, "by": by, "at": now}
-                   for s in severities]
+    def change(self, version: str, plan) -> list[dict]:
+        """Read the overrides, let ``plan`` decide, write its change: atomically, against concurrent operators.
+
+        ``plan(overrides)`` returns ``(set_records, reset_severities, audit_entries)`` or raises (a refused
+        change writes nothing). The overrides key is WATCHed from the read to the write (MULTI/EXEC): if another
+        operator changed it in between, the write is dropped and ``plan`` runs again on the new values, so two
+        changes that each keep the order cannot together invert it.
+        """
+        key = self.key(version)
         with self.client.pipeline(transaction=True) as p:
-            if severities:
-                p.hdel(self.key(version), *severities)
-            for e in entries:
-                p.lpush(self.audit_key(version), json.dumps(e))
-            p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
-            p.publish(self.channel, version)
-            p.execute()
-        return entries
+            for _ in range(CHANGE_ATTEMPTS):
+                try:
+                    p.watch(key)
+                    sets, resets, entries = plan(self._parse(version, p.hgetall(key)))
+                    p.multi()
+                    if sets:
+                        p.hset(key, mapping={sev: json.dumps(rec) for sev, rec in sets.items()})
+                    if resets:
+                        p.hdel(key, *resets)
+                    for e in entries:
+                        p.lpush(self.audit_key(version), json.dumps(e))
+                    p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
+                    p.publish(self.channel, version)
+                    p.execute()
+                    return entries
+                except redis.WatchError:
+                    log.info({"event": "thresholds_changed_concurrently", "version": version, "action": "re-reading"})
+                    continue
+                finally:
+                    p.reset()
+        raise ThresholdError(f"the thresholds of {version} changed {CHANGE_ATTEMPTS} times while this change was "
+                             "checked; try again")
 
 
 class LiveThresholds:
@@ -212,11 +236,20 @@ def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
     ...
     streamer.lifecycle.thresholds.ThresholdError: critical (2) would be below warning (2.5): a more severe threshold must not be lower
     """
+    bad = order_violation(artifact, proposed)
+    if bad is not None:
+        milder, severer = bad
+        raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
+                             "a more severe threshold must not be lower")
+
+
+def order_violation(artifact: dict[str, float], proposed: dict[str, float]) -> tuple[str, str] | None:
+    """The first (milder, severer) pair of ``proposed`` out of the artifact's order, or None."""
     order = sorted(artifact, key=lambda s: artifact[s])
     for milder, severer in zip(order, order[1:], strict=False):
         if proposed[severer] < proposed[milder]:
-            raise ThresholdError(f"{severer} ({proposed[severer]:g}) would be below {milder} ({proposed[milder]:g}): "
-                                 "a more severe threshold must not be lower")
+            return milder, severer
+    return None
 
 
 @dataclass(frozen=True)
@@ -285,16 +318,44 @@ class ThresholdOps:
             raise ThresholdError(f"--score must be a finite number, got {score}")
         if score < 0:
             raise ThresholdError(f"--score must be >= 0: an anomaly score is a norm, never negative (got {score})")
-        _, eff = self._effective()
-        check_order(self.model.thresholds_, {**eff, severity: float(score)})
-        entry = self.store.set(self.model.version_, severity, float(score), quantile, by or default_actor(), eff[severity])
-        return {"version": self.model.version_, **entry}
+        version, by = self.model.version_, by or default_actor()
+
+        def plan(over: dict[str, dict]):
+            eff = effective_thresholds(self.model.thresholds_, over)
+            check_order(self.model.thresholds_, {**eff, severity: float(score)})
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            rec = {"score": float(score), "quantile": quantile, "set_by": by, "set_at": now}
+            entry = {"action": "set", "severity": severity, "old": eff[severity], "new": float(score),
+                     "quantile": quantile, "by": by, "at": now}
+            return {severity: rec}, [], [entry]
+
+        (entry,) = self.store.change(version, plan)
+        return {"version": version, **entry}
 
     def reset(self, severity: str | None = None, by: str | None = None) -> dict:
-        over, eff = self._effective()
+        """Back to the artifact's threshold: one severity, or all. Refused if the result would break the order.
+
+        Resetting one severity can leave it below a milder override (critical back to the artifact's 11.27 under a
+        warning set to 15): that is refused, naming the override to reset or set first.
+        """
         if severity is not None and severity not in self.model.thresholds_:
             raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(self.model.thresholds_)}")
-        sevs = [severity] if severity else sorted(over)
-        sevs = [s for s in sevs if s in over]
-        entries = self.store.reset(self.model.version_, sevs, by or default_actor(), eff, dict(self.model.thresholds_))
-        return {"version": self.model.version_, "reset": entries}
+        artifact, version, by = dict(self.model.thresholds_), self.model.version_, by or default_actor()
+
+        def plan(over: dict[str, dict]):
+            sevs = [s for s in ([severity] if severity else sorted(over)) if s in over]
+            eff = effective_thresholds(artifact, over)
+            after = effective_thresholds(artifact, {s: r for s, r in over.items() if s not in sevs})
+            bad = order_violation(artifact, after)
+            if bad is not None:
+                milder, severer = bad
+                other = milder if severer in sevs else severer
+                raise ThresholdError(
+                    f"resetting {', '.join(sevs)} to the artifact's threshold would put {severer} ({after[severer]:g}) "
+                    f"below {milder} ({after[milder]:g}): reset {other} first, or set {other} to keep the order")
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            entries = [{"action": "reset", "severity": s, "old": eff[s], "new": artifact[s], "quantile": None, "by": by,
+                        "at": now} for s in sevs]
+            return {}, sevs, entries
+
+        return {"version": version, "reset": self.store.change(version, plan)}
