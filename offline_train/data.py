@@ -43,6 +43,15 @@ class DataError(ValueError):
     """Input data that cannot be used; the message says what and where."""
 
 
+def unreadable(e: Exception) -> DataError:
+    """A Parquet file that cannot be read, in one line (Arrow's thrift errors span two).
+
+    >>> str(unreadable(OSError("Couldn't deserialize thrift: \\nDeserializing page header failed.")))
+    "cannot read Parquet data: Couldn't deserialize thrift: Deserializing page header failed."
+    """
+    return DataError("cannot read Parquet data: " + " ".join(str(e).split()))
+
+
 def resolve_paths(spec: str | os.PathLike | list) -> list[Path | str]:
     """Parquet files named by a file, a directory (searched recursively) or a glob; local Paths or URIs."""
     if isinstance(spec, list):
@@ -220,14 +229,14 @@ class ParquetSource:
             return any(rb.column(i).null_count for rb in self._ds.to_batches(columns=names, batch_size=self.batch_rows)
                        for i in range(len(names)))
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"cannot read Parquet data: {e}") from None
+            raise unreadable(e) from None
 
     def _profile(self, specs: list) -> dict:
         cols = spec_columns(self._ds.schema, specs)
         try:
             return profile(self._ds.to_batches(columns=cols, batch_size=self.batch_rows), specs)
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"cannot read Parquet data: {e}") from None
+            raise unreadable(e) from None
 
     def partitions(self, target_rows: int) -> list[Partition]:
         """The dataset cut into pieces of whole row groups, about ``target_rows`` each, in stored order."""
@@ -287,7 +296,7 @@ class ParquetSource:
                 offset += rb.num_rows
                 yield X[ok], (None if y is None else y[ok].astype(np.int64))
         except (pa.ArrowInvalid, OSError) as e:
-            raise DataError(f"cannot read Parquet data: {e}") from None
+            raise unreadable(e) from None
         if part is None:
             self.count_rows(read, skipped)
         else:

@@ -17,7 +17,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from . import storage
 from .artifact import METADATA, ArtifactError, publish_artifact
 from .config import TrainSettings
-from .data import DataError, ParquetSource, _dataset, resolve_paths, spec_columns
+from .data import DataError, ParquetSource, _dataset, resolve_paths, spec_columns, unreadable
 from .detector import KDSM
 from .engine import make_engine
 from .report import write_report
@@ -139,6 +139,22 @@ def _masked(values: np.ndarray, ok: np.ndarray, fill) -> pa.Array:
     return pa.array(full.tolist() if values.dtype == object else full, mask=~ok)
 
 
+def _numeric(t: pa.DataType) -> bool:
+    """Whether a plain numeric model can read a column of type ``t`` (as the training reader does)."""
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) \
+        or pa.types.is_null(t)
+
+
+def _next_batch(batches) -> pa.RecordBatch | None:
+    """The next record batch, None at the end; a file that cannot be read is one line (``DataError``)."""
+    try:
+        return next(batches)
+    except StopIteration:
+        return None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        raise unreadable(e) from None
+
+
 def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     """Score every row of Parquet ``data``; rows with bad features get a null score and ``invalid`` severity."""
     det = KDSM.load(model)
@@ -151,17 +167,26 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
         missing = [f for f in inputs if f not in names]
         if missing:
             raise DataError(f"the data lacks the model's feature column(s): {', '.join(missing)}")
+        other = [f"{f} ({dataset.schema.field(f).type})" for f in inputs if not _numeric(dataset.schema.field(f).type)]
+        if other:
+            raise DataError(f"the model reads numbers; feature column(s) of another type: {', '.join(other)}")
     else:  # the spec's policies decide, as in training: an absent impute/zero column reads as all null
         inputs = spec_columns(dataset.schema, enc.specs)
     passthrough = [c for c in ("id", "ts", "label") if c in names]
     out_fs, out_path = storage.resolve(out)
     if storage.is_remote(out):
         storage.check_bucket(out)  # before any scoring; the object appears whole when the writer closes
+    elif Path(out_path).is_dir():
+        raise DataError(f"--out {out} is a directory; name the Parquet file to write")
     else:
-        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DataError(f"cannot write {out}: {e}") from None
     writer, counts = None, {"rows": 0, "invalid": 0}
+    batches = dataset.to_batches(columns=list(dict.fromkeys(passthrough + inputs)), batch_size=batch_rows)
     try:
-        for rb in dataset.to_batches(columns=list(dict.fromkeys(passthrough + inputs)), batch_size=batch_rows):
+        while (rb := _next_batch(batches)) is not None:
             if enc is None:
                 X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
                                      for f in det.feature_names_])
@@ -185,8 +210,11 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
                     cols[f"score_{name}"] = _masked(values, ok, np.nan)
                 cols["leading_part"] = _masked(det.blend_.leading(*named.values()), ok, None)
             table = pa.table(cols)
-            writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
-            writer.write_table(table)
+            try:
+                writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
+                writer.write_table(table)
+            except OSError as e:
+                raise DataError(f"cannot write {out}: {e}") from None
             counts["rows"] += len(X)
             counts["invalid"] += int((~ok).sum())
     finally:

@@ -141,6 +141,40 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
     assert "no model artifact" in _err(capsys)
 
 
+def test_score_refuses_unreadable_data_and_outputs_in_one_line(small_parquet, tiny_config, tmp_path, capsys):
+    model = tmp_path / "m"
+    assert main(["train", "--data", str(small_parquet), "--out", str(model), "--config", str(tiny_config),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    names = [f"f{j}" for j in range(6)]
+
+    def score(table_or_bytes, out=None) -> str:
+        data = tmp_path / "in.parquet"
+        if isinstance(table_or_bytes, bytes):
+            data.write_bytes(table_or_bytes)
+        else:
+            pq.write_table(table_or_bytes, data)
+        assert main(["score", "--model", str(model), "--data", str(data),
+                     "--out", str(out or tmp_path / "s.parquet")]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        return err
+
+    good = pa.table({n: np.linspace(0, 1, 50) for n in names})
+    # A column of another type: the whole file is refused, naming it (it raised ArrowInvalid while casting).
+    assert "f0 (string)" in score(good.set_column(0, "f0", pa.array(["x"] * 50)))
+    assert "f1 (list<" in score(good.set_column(1, "f1", pa.array([[1.0]] * 50)))
+    # A damaged page header behind an intact footer: Arrow's two-line thrift error, in one line.
+    pq.write_table(good, tmp_path / "good.parquet")
+    damaged = bytearray((tmp_path / "good.parquet").read_bytes())
+    damaged[4:24] = b"\xff" * 20
+    assert "cannot read Parquet data" in score(bytes(damaged))
+    # Outputs that cannot be written, checked before scoring.
+    assert "is a directory" in score(good, out=tmp_path)
+    (tmp_path / "a_file").write_text("")
+    assert "cannot write" in score(good, out=tmp_path / "a_file" / "s.parquet")
+
+
 def test_every_subcommand_has_help(capsys):
     from streamer.ops.cli import build_parser
 
