@@ -25,6 +25,11 @@ At-least-once (DESIGN 6) rests on this order for every batch:
    listener (``drain_async``; a blocking commit there would deadlock); a
    commit refused because the partitions moved to another member is logged
    and counted: the new owner re-reads those events (bounded duplicates);
+   a commit that fails while this member keeps its partitions (unanswered,
+   the coordinator moving) is retried with the next commit, its batches
+   first, since the consumer has read past them and would not re-read them;
+   ``resend_attempts`` failures in a row raise ``DeliveryError``: the streamer
+   stops without committing and a restart re-reads the batches;
 5. sinks see a batch only after its commit succeeded.
 
 A crash between 1 and 4 leaves the offsets where they were: the events come
@@ -81,11 +86,16 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kafka.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
     ProducerFencedError,
+    RebalanceInProgressError,
     TransactionalIdAuthorizationFailedError,
+    UnknownMemberIdError,
 )
 from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
@@ -156,6 +166,7 @@ class Checkpointer:
         self._last_commit = time.monotonic()
         self.committed_batches = 0
         self.failed_commits = 0
+        self._failed_in_a_row = 0
 
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> Future:
         """Hand one message to the producer; returns its future (resolved by the broker's ack).
@@ -288,19 +299,33 @@ class Checkpointer:
             self._last_commit = time.monotonic()
             try:
                 # Bounded like a delivery (kafka-python's own bound is request_timeout_ms, 30 s): a commit the
-                # broker does not answer in time fails, and its events are re-delivered.
+                # broker does not answer in time fails, and is tried again with the next one (step 4).
                 self.consumer.commit(offsets, timeout_ms=int(self.delivery_timeout_s * 1000))
             except KafkaError as e:
-                return self._commit_failed(batches, e)
+                return self._commit_failed(batches, e, retry=not isinstance(e, _GROUP_MOVED_ON))
+        self._failed_in_a_row = 0
         return self._committed(batches)
 
-    def _commit_failed(self, batches: list[InFlight], e: Exception) -> list[ScoredBatch]:
-        # The partitions moved (rebalance) or the coordinator is gone: the events come back elsewhere.
+    def _commit_failed(self, batches: list[InFlight], e: Exception, retry: bool = False) -> list[ScoredBatch]:
         self.failed_commits += 1
         if self.metrics is not None:
             self.metrics.commits.labels("failed").inc()
+        if not retry:
+            # The partitions moved (rebalance): their next owner, or this member after it rejoins, reads the
+            # events again from the committed offsets.
+            log.warning({"event": "commit_failed", "batches": len(batches), "error": repr(e),
+                         "effect": "these events will be re-delivered (at least once)"})
+            self._gauge()
+            return []
+        # The partitions stay here, and the consumer has read past these batches: nothing would read them again,
+        # and a later commit would cover their offsets without the sinks (the archive) ever seeing them.
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row > self.resend_attempts:
+            raise DeliveryError(f"{self._failed_in_a_row} offset commits in a row failed (last: {e!r}); "
+                                "offsets not committed")
+        self.acked[:0] = batches  # the oldest first: committed with the next commit, then handed to the sinks
         log.warning({"event": "commit_failed", "batches": len(batches), "error": repr(e),
-                     "effect": "these events will be re-delivered (at least once)"})
+                     "attempt": self._failed_in_a_row, "effect": "tried again with the next commit"})
         self._gauge()
         return []
 
@@ -329,6 +354,9 @@ class Checkpointer:
             self.metrics.in_flight.set(len(self.in_flight))
 
 
+# A commit refused because the group moved on without this member's partitions (rebalance, expired session).
+_GROUP_MOVED_ON = (CommitFailedError, RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError,
+                   FencedInstanceIdError)
 _FATAL = (ProducerFencedError, InvalidProducerEpochError, TransactionalIdAuthorizationFailedError)
 
 

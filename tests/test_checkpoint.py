@@ -1,0 +1,81 @@
+"""The commit order's bookkeeping when a commit fails (``streamer.pipeline.checkpoint``), on stand-in clients.
+
+The real broker's side (a broker killed or hung mid-stream) is in ``test_broker_crash.py``; here the consumer's
+``commit`` fails on cue, so each branch of step 4 is reached every time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kafka.errors import CommitFailedError, KafkaTimeoutError
+from kafka.structs import TopicPartition
+
+from streamer.pipeline.batch import ScoredBatch
+from streamer.pipeline.checkpoint import Checkpointer, DeliveryError, InFlight
+
+TP = TopicPartition("events", 0)
+
+
+class Consumer:
+    """Commits what it is given, except that each error queued in ``fail`` is raised by one commit."""
+
+    def __init__(self):
+        self.fail: list[Exception] = []
+        self.committed: list[int] = []
+
+    def commit(self, offsets, timeout_ms=None):
+        if self.fail:
+            raise self.fail.pop(0)
+        self.committed.append(offsets[TP].offset)
+
+
+class Producer:
+    def flush(self, timeout=None):
+        pass
+
+
+def batch(first: int, n: int = 5) -> InFlight:
+    offsets = np.arange(first, first + n)
+    scored = ScoredBatch(topics=["events"] * n, partitions=np.zeros(n, dtype=np.int64), offsets=offsets,
+                         timestamps_ms=np.zeros(n, dtype=np.int64), event_ids=list(offsets), event_ts=[None] * n,
+                         X=np.zeros((n, 1)), scores=np.zeros(n), severities=np.array([None] * n), model_version="v",
+                         schema_hash="h", feature_names=["f0"], thresholds={}, n_dead_letters=0)
+    return InFlight(offsets={TP: first + n}, scored=scored, timestamps_ms=[])
+
+
+def sunk(done) -> list[int]:
+    return [int(o) for b in done for o in b.offsets]
+
+
+def test_a_commit_that_times_out_is_tried_again_with_the_next_and_its_batch_reaches_the_sinks():
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer(), resend_attempts=3)
+    consumer.fail.append(KafkaTimeoutError("not answered"))
+    cp.add(batch(0))
+    assert cp.retire() == [] and consumer.committed == []
+    cp.add(batch(5))
+    # Before: the second commit covered offsets 0-9 and the sinks (the archive) saw 5-9 only.
+    assert sunk(cp.retire()) == list(range(10)) and consumer.committed == [10]
+    assert cp.failed_commits == 1 and cp.acked == []
+
+
+def test_a_commit_refused_after_a_rebalance_leaves_the_events_to_their_next_owner():
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer())
+    consumer.fail.append(CommitFailedError("the group rebalanced"))
+    cp.add(batch(0))
+    assert cp.retire() == [] and cp.acked == []
+    cp.add(batch(5))
+    assert sunk(cp.retire()) == list(range(5, 10))
+
+
+def test_commits_failing_again_and_again_stop_the_streamer_without_committing():
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer(), resend_attempts=2)
+    consumer.fail.extend(KafkaTimeoutError("not answered") for _ in range(3))
+    cp.add(batch(0))
+    assert cp.retire() == [] and cp.retire() == []
+    with pytest.raises(DeliveryError, match="3 offset commits in a row failed"):
+        cp.retire()
+    assert consumer.committed == []
