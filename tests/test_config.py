@@ -100,3 +100,15 @@ def test_kafka_bootstrap_is_checked(bootstrap, message, monkeypatch):
                                        "[::1]:9092", "kafka.kafka.svc:9092,[fd00::7]:9093"])
 def test_kafka_bootstrap_forms_pass(bootstrap):
     assert load_settings(Settings, kafka={"bootstrap": bootstrap}).kafka.bootstrap == bootstrap
+
+
+@pytest.mark.parametrize(("key", "value", "allowed"), [
+    ("auto_offset_reset", "earlist", "'earliest' or 'latest'"),
+    ("security_protocol", "SASL-SSL", "'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'"),
+    ("security_protocol", "sasl_ssl", "'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'")])
+def test_kafka_choices_are_checked(key, value, allowed, tmp_path):
+    """A typo in auto_offset_reset was accepted: kafka-python only logged it (silenced) and the loop crashed later."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"kafka:\n  {key}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"kafka\.{key}: Input should be {allowed}"):
+        load_settings(Settings, f)
