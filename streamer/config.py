@@ -173,7 +173,7 @@ class MetricsConfig(Section):
     """Prometheus metrics and the health endpoint."""
 
     host: str = Field("127.0.0.1", description="address the metrics HTTP server binds to (0.0.0.0 in containers)")
-    port: int = Field(9108, ge=0, description="metrics port: /metrics and /healthz; 0 = any free port")
+    port: int = Field(9108, ge=0, le=65535, description="metrics port: /metrics and /healthz; 0 = any free port (a port already taken stops kdsm stream in one line)")
     enabled: bool = Field(True, description="serve metrics over HTTP")
 
 

@@ -43,7 +43,11 @@ def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[Strea
         sinks = [*sinks, *extra]
     server = None
     if settings.metrics.enabled:
-        server = MetricsServer(metrics, settings.metrics.host, settings.metrics.port).start()
+        try:  # a port already taken is a ConfigError (one line, exit 2) naming metrics.host/metrics.port
+            server = MetricsServer(metrics, settings.metrics.host, settings.metrics.port).start()
+        except Exception:
+            close_parts(*sinks, provider)
+            raise
         log.info({"event": "metrics", "url": server.url + "/metrics", "health": server.url + "/healthz"})
     r = settings.redis
     live = LiveThresholds(r.url, r.password.get_secret_value() if r.password else None, r.key_prefix, r.refresh_s,

@@ -112,3 +112,10 @@ def test_kafka_choices_are_checked(key, value, allowed, tmp_path):
     f.write_text(f"kafka:\n  {key}: {value}\n")
     with pytest.raises(ConfigError, match=rf"kafka\.{key}: Input should be {allowed}"):
         load_settings(Settings, f)
+
+
+def test_metrics_port_is_a_port(monkeypatch):
+    """70000 passed the check and died in the metrics server's bind with an OverflowError traceback."""
+    monkeypatch.setenv("KDSM_METRICS__PORT", "70000")
+    with pytest.raises(ConfigError, match=r"metrics\.port: Input should be less than or equal to 65535"):
+        load_settings(Settings)

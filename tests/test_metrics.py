@@ -1,9 +1,18 @@
 """/metrics serves the streamer's own metrics and the lifecycle modules' counters; /healthz tracks the loop."""
 
+import os
+import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
+import pytest
+
+from offline_train.config import ConfigError
+from streamer.dev.local_services import free_port
 from streamer.lifecycle.archive import ArchiveSink, example_batch
 from streamer.lifecycle.config import ArchiveConfig
 from streamer.lifecycle.metrics import LifecycleMetrics
@@ -49,3 +58,35 @@ def test_lifecycle_counters_are_injected_per_streamer(tmp_path):
     assert a.value("kdsm_archive_rows_total") == 7.0
     assert a.value("kdsm_archive_files_total", how="close") == 1.0
     assert b.value("kdsm_archive_rows_total") == 0.0
+
+
+def test_a_port_already_taken_is_one_config_error_naming_the_setting():
+    """A second streamer on the host (default port 9108) died in the metrics server's bind with an OSError traceback."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError) as e:
+            MetricsServer(StreamMetrics(), "127.0.0.1", port)
+    msg = str(e.value)
+    assert msg.startswith(f"metrics server cannot listen on 127.0.0.1:{port} (metrics.host, metrics.port): ")
+    assert "set metrics.port: 0 for any free port" in msg and "\n" not in msg
+    with pytest.raises(ConfigError, match=r"nowhere\.invalid:0 .*metrics\.host must be an address of this host"):
+        MetricsServer(StreamMetrics(), "nowhere.invalid", 0)
+
+
+def test_kdsm_stream_on_a_taken_metrics_port_says_so_in_one_line(tiny_model_dir, tmp_path):
+    """End to end: `kdsm stream` exits 2 with one line on stderr, before reaching Kafka or Redis, no traceback."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("KDSM_") and "__" in k)}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env.update(KDSM_METRICS__PORT=str(port), KDSM_KAFKA__BOOTSTRAP=f"127.0.0.1:{free_port()}",
+                   KDSM_REDIS__URL=f"redis://127.0.0.1:{free_port()}/0")
+        r = subprocess.run([sys.executable, "-m", "streamer", "stream", "--model", str(tiny_model_dir)],
+                           capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    err = [line for line in r.stderr.splitlines() if not line.startswith("{")]  # JSON log lines aside
+    assert r.returncode == 2 and len(err) == 1, r.stderr
+    assert err[0].startswith(f"kdsm stream: error: metrics server cannot listen on 127.0.0.1:{port} (metrics.host, "
+                             "metrics.port): ") and "set metrics.port: 0 for any free port" in err[0]

@@ -15,6 +15,8 @@ True
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -28,6 +30,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from offline_train.config import ConfigError
 
 _LAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -73,12 +77,29 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def bind_error(host: str, port: int, e: Exception) -> ConfigError:
+    """The ``ConfigError`` (one line, exit 2) for a metrics server that cannot listen on ``host:port``.
+
+    >>> print(bind_error("127.0.0.1", 9108, OSError(98, "Address already in use")))
+    metrics server cannot listen on 127.0.0.1:9108 (metrics.host, metrics.port): [Errno 98] Address already in use; another process (a second streamer?) may hold the port: set metrics.port: 0 for any free port, or another port
+    >>> print(bind_error("nowhere.invalid", 9108, socket.gaierror(-2, "Name or service not known")))
+    metrics server cannot listen on nowhere.invalid:9108 (metrics.host, metrics.port): [Errno -2] Name or service not known; metrics.host must be an address of this host (127.0.0.1, 0.0.0.0 for every interface)
+    """
+    hint = ("metrics.host must be an address of this host (127.0.0.1, 0.0.0.0 for every interface)"
+            if isinstance(e, socket.gaierror) or getattr(e, "errno", None) == errno.EADDRNOTAVAIL else
+            "another process (a second streamer?) may hold the port: set metrics.port: 0 for any free port, or another port")
+    return ConfigError(f"metrics server cannot listen on {host}:{port} (metrics.host, metrics.port): {e}; {hint}")
+
+
 class MetricsServer:
     """Serves ``/metrics`` and ``/healthz`` from a daemon thread; ``port=0`` picks a free port."""
 
     def __init__(self, metrics: StreamMetrics, host: str = "127.0.0.1", port: int = 9108, stale_s: float = 30.0):
         self.metrics, self.stale_s = metrics, stale_s
-        self.server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        try:
+            self.server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+        except (OSError, OverflowError) as e:  # port taken, host unknown or not local, port out of range: one line
+            raise bind_error(host, port, e) from None
         self.host, self.port = host, self.server.server_port
         self.thread = threading.Thread(target=self.server.serve_forever, name="kdsm-metrics", daemon=True)
 
