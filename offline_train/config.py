@@ -29,7 +29,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 
 class ConfigError(ValueError):
@@ -291,9 +296,15 @@ class _YamlSource(PydanticBaseSettingsSource):
         if self.path is None:
             return {}
         try:
-            data = yaml.safe_load(self.path.read_text()) or {}
+            data = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {self.path}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {self.path} is a directory, not a YAML file") from None
+        except OSError as e:  # permission, I/O error, ...: one line naming the file
+            raise ConfigError(f"config file {self.path} cannot be read: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {self.path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
         except yaml.YAMLError as e:  # one line: the problem and where, not PyYAML's quoted snippet
             mark = getattr(e, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -396,6 +407,38 @@ def unknown_env(cls: type[BaseModel], environ=None) -> list[str]:
     return out
 
 
+def _settings_error(e: Exception, environ=None) -> str:
+    """One line for pydantic-settings' ``SettingsError``: which variable is not the JSON its setting needs.
+
+    >>> err = SettingsError('error parsing value for field "archive" from source "EnvSettingsSource"')
+    >>> print(_settings_error(err, {"KDSM_ARCHIVE": "{bad", "KDSM_SIGMA__BASE": "x"}))
+    environment variable KDSM_ARCHIVE is not valid JSON (a section, list or mapping set whole is JSON, e.g. KDSM_ARCHIVE='{"key": "value"}'; or set one key: KDSM_ARCHIVE__<KEY>)
+    """
+    import json
+    import re
+
+    m = re.search(r'field "([^"]+)" from source "(\w+)"', str(e))
+    if m is None or m.group(2) != "EnvSettingsSource":
+        return f"cannot read the settings: {e}"
+    section = f"{ENV_PREFIX}{m.group(1).upper()}"
+    environ = os.environ if environ is None else environ
+
+    def not_json(value: str) -> bool:
+        try:
+            json.loads(value)
+        except ValueError:
+            return True
+        return False
+
+    # The section's own variable, or one below it that looks like JSON (a mapping or list) and is not.
+    bad = sorted(name for name, value in environ.items()
+                 if (name.upper() == section or (name.upper().startswith(section + "__") and value.lstrip()[:1] in "[{"))
+                 and not_json(value))
+    var = bad[0] if len(bad) == 1 else f"{section} (or a {section}__* below it)"
+    return (f"environment variable {var} is not valid JSON (a section, list or mapping set whole is JSON, "
+            f"e.g. {var.split()[0]}='{{\"key\": \"value\"}}'; or set one key: {var.split()[0]}__<KEY>)")
+
+
 def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLike | None = None, **overrides: Any):
     """Build ``cls`` from defaults < YAML ``path`` < env ``KDSM_*`` < ``overrides``.
 
@@ -403,7 +446,10 @@ def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLi
     """
     _CURRENT_FILE[cls] = Path(path) if path is not None else None
     try:
-        settings = cls(**overrides)
+        try:
+            settings = cls(**overrides)
+        except SettingsError as e:  # a KDSM_<SECTION> (or list) variable that is not JSON: name it, no traceback
+            raise ConfigError(_settings_error(e)) from None
         if hasattr(settings, "storage"):  # every command loads its settings here: s3:// locations use them from now on
             from . import storage
 

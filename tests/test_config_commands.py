@@ -89,6 +89,28 @@ def test_check_unreadable_files(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and "line 2" in err  # one line, saying where
 
 
+def test_check_a_directory_or_a_file_that_is_not_text(tmp_path, capsys):
+    """IsADirectoryError and UnicodeDecodeError tracebacks before: now one line naming the file, exit 2."""
+    assert main(["config", "check", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{tmp_path}: config file {tmp_path} is a directory, not a YAML file\n"
+    binary = tmp_path / "utf16.yaml"
+    binary.write_bytes(b"\xff\xfek\x00a\x00")
+    assert main(["config", "check", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"{binary}: config file {binary} is not UTF-8 text (byte 0: invalid start byte)\n"
+
+
+@pytest.mark.parametrize(("name", "value"), [("KDSM_ARCHIVE", "{bad"), ("KDSM_CALIBRATION__SEVERITIES", "{warning: 0.9")])
+def test_show_names_an_env_variable_that_is_not_json(name, value, monkeypatch, capsys):
+    """A section (or mapping) set whole from the environment raised pydantic-settings' SettingsError, a traceback."""
+    monkeypatch.setenv(name, value)
+    assert main(["config", "show"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kdsm config: error: environment variable {name} is not valid JSON (")
+    assert len(err.splitlines()) == 1 and f"{name}__<KEY>" in err
+
+
 def test_check_warns_about_a_secret_in_the_file(tmp_path, capsys):
     f = tmp_path / "c.yaml"
     f.write_text(f"redis:\n  password: {SECRETS[1]}\n")
