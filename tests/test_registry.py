@@ -162,3 +162,21 @@ def test_model_info_metric_follows_a_swap_without_traffic(registry, tiny_model_d
     finally:
         streamer.stop()
         prov.close()
+
+
+def test_promote_under_a_lock_needs_the_lock_token(registry, tiny_model_dir, second_model_dir):
+    """A promotion with a lock token moves the pointers only while the lock key holds that token."""
+    from streamer.lifecycle.registry import LockLost
+
+    v1, v2 = registry.add(tiny_model_dir), registry.add(second_model_dir)
+    registry.promote(v1)
+    with pytest.raises(LockLost, match="not promoted"):  # no lock at all
+        registry.promote(v2, lock_token=b"mine")
+    registry.r.set(registry.keys.lock, "theirs")
+    with pytest.raises(LockLost):  # someone else's lock
+        registry.promote(v2, lock_token=b"mine")
+    assert registry.pointers() == {"current": v1, "previous": None}
+    assert registry.get(v2)["status"] == "registered" and len(registry.history()) == 1
+    registry.r.set(registry.keys.lock, "mine")
+    assert registry.promote(v2, lock_token=b"mine") == (v1, v2)
+    assert registry.promote(v1) == (v2, v1)  # without a token (kdsm models promote): no lock needed

@@ -258,3 +258,33 @@ def test_models_add_promote_twice_keeps_previous(setup, tmp_path, capsys, second
     assert reg.get(v1)["status"] == "promoted"  # re-adding did not reset the serving version's metadata
     assert kdsm_main(["models", "rollback", "--config", str(cfg)]) == 0
     assert json.loads(capsys.readouterr().out) == {"rolled_back": v1, "current": v0}
+
+
+def test_lock_lost_before_the_promote_step_registers_but_does_not_promote(tmp_path, redis_url, unique, tiny_model_dir,
+                                                                          monkeypatch):
+    """The lock key is taken over after the gate and before the promotion; the renewal thread has not looked yet
+    (lock_ttl_s=300: it looks every 100 s), so only the promotion's own token check can see it."""
+    import streamer.lifecycle.retrain as retrain
+
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique, lock_ttl_s=300))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    real_validate = retrain.validate
+
+    def validate_then_lose_the_lock(*args, **kwargs):
+        gate = real_validate(*args, **kwargs)
+        assert reg.r.get(reg.keys.lock) is not None  # held by the run until now
+        reg.r.set(reg.keys.lock, "another-holder", px=60_000)  # it expired and another job took it
+        return gate
+
+    monkeypatch.setattr(retrain, "validate", validate_then_lose_the_lock)
+    res = run_retrain(s, reg, reason="test")
+    assert res.status == "registered" and "lock lost" in res.reason and res.exit_code == 0, res.reason
+    assert reg.pointers() == {"current": v0, "previous": None}
+    assert reg.get(res.version)["status"] == "validated" and reg.get(res.version)["gate"]["passed"]
+    assert [h["action"] for h in reg.history()] == ["promote"]  # v0's bootstrap promotion only
+    assert reg.r.get(reg.keys.lock) == "another-holder"  # the run did not release the other holder's lock
+    run = reg.r.xrevrange(reg.keys.runs, count=1)[0][1]
+    assert run["status"] == "registered" and "lock lost" in run["reason"]

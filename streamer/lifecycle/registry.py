@@ -94,8 +94,14 @@ class ArtifactStore:
 LocalArtifactStore = ArtifactStore  # the name before object stores
 
 
-# Atomic pointer moves: read, move, publish and audit in one server-side step.
+class LockLost(RegistryError):
+    """A promotion under a lock (the retrain's) refused because the lock is no longer held with that token."""
+
+
+# Atomic pointer moves: read, move, publish and audit in one server-side step. A promotion under a lock
+# (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step.
 _PROMOTE = """
+if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
 local cur = redis.call('HGET', KEYS[1], 'current')
 if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
 if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
@@ -195,12 +201,15 @@ class ModelRegistry:
     def current_version(self) -> str | None:
         return self.r.hget(self.keys.pointers, "current") or None
 
-    def promote(self, version: str, reason: str = "manual", force: bool = False) -> tuple[str | None, str]:
+    def promote(self, version: str, reason: str = "manual", force: bool = False,
+                lock_token: str | bytes | None = None) -> tuple[str | None, str]:
         """Make ``version`` current (the old current becomes previous); returns the pointers after it: (previous, current).
 
         Promoting the version that is already current changes nothing (the
         previous pointer stays what rollback goes back to). Refuses unknown,
-        missing or gate-rejected versions.
+        missing or gate-rejected versions. With ``lock_token`` (the retrain
+        lock's), the pointers move only if ``<p>retrain:lock`` still holds that
+        token, checked in the same Lua step: else ``LockLost``, nothing moved.
         """
         meta = self.get(version)
         if meta is None:
@@ -210,8 +219,11 @@ class ModelRegistry:
         if meta.get("status") == "rejected" and not force:
             raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
         was = self.current_version()
-        prev, new = self._promote(keys=[self.keys.pointers, self.keys.log],
-                                  args=[version, self.keys.channel, "promote", reason, _now_iso()])
+        res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
+                            args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
+        if not res:
+            raise LockLost(f"{self.keys.lock} is no longer held by this retrain: version {version} not promoted")
+        prev, new = res
         if was != new:
             self.update(version, status="promoted", promoted=_now_iso())
         return (prev or None), new

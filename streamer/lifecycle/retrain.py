@@ -11,7 +11,9 @@ one retrain per burst of requests.
   and extension are Lua scripts that check the token, so a holder never frees
   a lock it lost). A thread renews it every third of ``retrain.lock_ttl_s``; a
   crashed holder's lock expires. A second job finds the lock taken and exits
-  with status ``locked`` (exit code 0).
+  with status ``locked`` (exit code 0). The promotion moves the pointers only
+  if the lock still holds this run's token (checked in the promote script):
+  a run that lost its lock registers its version and does not promote it.
 - **Data**: closed archive files within ``retrain.window_hours``, newest
   first, until ``retrain.max_rows`` rows (file granularity); unreadable files
   are skipped and named in the run record. Fewer than ``retrain.min_rows``
@@ -58,7 +60,7 @@ from offline_train.job import label_metrics
 
 from .archive import closed_files
 from .metrics import LifecycleMetrics
-from .registry import ModelRegistry, RegistryError
+from .registry import LockLost, ModelRegistry, RegistryError
 
 log = logging.getLogger("kdsm.retrain")
 
@@ -108,6 +110,11 @@ class RetrainLock:
                 return
             except Exception as e:  # Redis blip: retry on the next tick while the TTL lasts
                 log.warning({"event": "retrain_lock_renewal_failed", "error": str(e), "action": "retrying while the TTL lasts"})
+
+    @property
+    def token(self) -> bytes | None:
+        """This holder's random token (what the lock key holds while it is ours)."""
+        return self.lock.local.token
 
     def release(self) -> None:
         self._stop.set()
@@ -308,11 +315,17 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     registry.update(version, gate=gate, status="validated" if gate["passed"] else "rejected")
     if not gate["passed"]:
         return RetrainResult("rejected", version, f"gate: {gate['reason']}", details)
+    lost = RetrainResult("registered", version, "lock lost during the run: registered, not promoted", details)
     if lock.lost.is_set():
-        return RetrainResult("registered", version, "lock lost during the run: registered, not promoted", details)
+        return lost
     if not rc.auto_promote:
         return RetrainResult("registered", version, "passed the gate; retrain.auto_promote is off", details)
-    registry.promote(version, reason=f"retrain ({trigger})")
+    try:  # the renewal thread looks only every third of the TTL: the promotion itself checks the token, atomically
+        registry.promote(version, reason=f"retrain ({trigger})", lock_token=lock.token)
+    except LockLost as e:
+        log.error({"event": "retrain_lock_lost", "error": str(e), "action": "registered, not promoted"})
+        lock.lost.set()
+        return lost
     return RetrainResult("promoted", version, f"passed the gate; {cur_version} -> {version}", details)
 
 
