@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -255,18 +256,31 @@ class OptimConfig(Section):
         return model.model_copy(update=preset) if preset else model
 
 
+SEVERITY_LADDER = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # syslog, mildest first
+
+
 class CalibrationConfig(Section):
     """Held-out calibration slice and named severities (DESIGN 3.7)."""
 
     holdout: float = Field(0.2, ge=0, lt=1, description="fraction of the training window kept out of training; 0 = calibrate in-sample (benchmarks)")
-    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999}, description="severity name -> quantile of the calibration scores that is its threshold")
+    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999}, description="severity name -> quantile of the calibration scores that is its threshold; syslog's names rise in their order (debug < info < notice < warning < error < critical < alert < emergency)")
     top_features: int = Field(5, gt=0, description="features listed in an explanation")
 
     @model_validator(mode="after")
-    def _quantiles_valid(self) -> CalibrationConfig:
+    def _quantiles_valid(self, info: ValidationInfo) -> CalibrationConfig:
         for name, q in self.severities.items():
             if not 0 < q < 1:
                 raise ValueError(f"severity {name!r}: quantile {q} is not in (0, 1)")
+        if (info.context or {}).get("artifact"):  # an artifact trained before this rule still loads as it was
+            return self
+        # A severity is the highest threshold a score reaches (calibrate.severity_of ranks them by threshold, i.e. by
+        # quantile), so warning at 0.999 over critical at 0.99 would make every critical score a "warning".
+        ranked = sorted((SEVERITY_LADDER.index(n.lower()), n, q) for n, q in self.severities.items()
+                        if n.lower() in SEVERITY_LADDER)
+        for (_, milder, qm), (_, severer, qs) in zip(ranked, ranked[1:], strict=False):
+            if qs <= qm:
+                raise ValueError(f"severity {severer!r} (quantile {qs}) must be above {milder!r} ({qm}): "
+                                 "a more severe threshold must be higher")
         return self
 
 

@@ -478,7 +478,9 @@ class KDSM(BaseEstimator):
                       ema=EMAConfig(**meta["ema_config"]),
                       refine=RefineConfig(**meta.get("refine_config", {"enabled": False})),
                       score=ScoreConfig(**{"isolation_forest": False, "knn": False, "forest_metric": "depth", **meta.get("score_config", {})}), train=OptimConfig(**{**meta["train_config"], "device": device}),
-                      calibration=CalibrationConfig(severities=meta["quantiles"], top_features=meta["calibration"]["top_features"]))
+                      calibration=CalibrationConfig.model_validate(
+                          {"severities": meta["quantiles"], "top_features": meta["calibration"]["top_features"]},
+                          context={"artifact": True}))
             det.feature_names_ = list(meta["features"])
             det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None
             if det.features_ is not None and det.features_.columns != det.feature_names_:

@@ -119,3 +119,40 @@ def test_metrics_port_is_a_port(monkeypatch):
     monkeypatch.setenv("KDSM_METRICS__PORT", "70000")
     with pytest.raises(ConfigError, match=r"metrics\.port: Input should be less than or equal to 65535"):
         load_settings(Settings)
+
+
+@pytest.mark.parametrize(("yaml_text", "message"), [
+    ("retrain:\n  gate_min_alert_ratio: 5\n  gate_max_alert_ratio: 1\n",
+     "retrain: Value error, gate_min_alert_ratio (5) must be below gate_max_alert_ratio (1)"),
+    ("retrain:\n  gate_min_alert_ratio: 3\n", "gate_min_alert_ratio (3) must be below gate_max_alert_ratio (3)"),
+    ("calibration:\n  severities: {warning: 0.999, critical: 0.99}\n",
+     "calibration: Value error, severity 'critical' (quantile 0.99) must be above 'warning' (0.999)"),
+    ("calibration:\n  severities: {critical: 0.99, notice: 0.95, error: 0.95}\n",
+     "severity 'error' (quantile 0.95) must be above 'notice' (0.95)")])
+def test_contradictory_pairs_are_refused(yaml_text, message, tmp_path):
+    """Both passed kdsm config check: every retrain was then rejected, or an artifact had warning above critical."""
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml_text)
+    with pytest.raises(ConfigError) as e:
+        load_settings(Settings, f)
+    assert message in str(e.value)
+
+
+def test_severities_in_order_or_of_other_names_pass():
+    s = load_settings(Settings, calibration={"severities": {"critical": 0.999, "info": 0.9, "warning": 0.99}})
+    assert s.calibration.severities["info"] == 0.9
+    # names off the syslog ladder keep ranking by their quantile alone
+    assert load_settings(Settings, calibration={"severities": {"p1": 0.9, "p2": 0.8}}).calibration.severities
+    assert load_settings(Settings, retrain={"gate_min_alert_ratio": 0.5, "gate_max_alert_ratio": 2}).retrain
+
+
+def test_an_artifact_with_warning_above_critical_still_loads(tiny_model_dir, tmp_path):
+    """The order is a rule for training: an artifact trained before it (registered, serving) keeps loading."""
+    from offline_train.artifact import read_artifact, write_artifact
+    from offline_train.detector import KDSM
+
+    tensors, meta = read_artifact(tiny_model_dir)
+    meta["quantiles"] = {"warning": 0.999, "critical": 0.99}
+    out = write_artifact(tmp_path / "inverted", tensors, meta)
+    det = KDSM.load(out, device="cpu")
+    assert det.calibration_config.severities == {"warning": 0.999, "critical": 0.99}

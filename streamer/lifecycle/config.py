@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from offline_train.config import Section
 
@@ -99,10 +99,17 @@ class RetrainConfig(Section):
     min_rows: int = Field(1000, gt=1, description="fewer usable rows than this: no training, current keeps serving")
     gate_window_rows: int = Field(2000, gt=0, description="most recent archived rows the gate scores")
     gate_min_alert_ratio: float = Field(0.0, ge=0, description="gate: alert rate / calibrated rate must be >= this")
-    gate_max_alert_ratio: float = Field(3.0, gt=0, description="gate: alert rate / calibrated rate must be <= this")
+    gate_max_alert_ratio: float = Field(3.0, gt=0, description="gate: alert rate / calibrated rate must be <= this (above gate_min_alert_ratio)")
     gate_labelled_data: str | None = Field(None, description="Parquet with a label column: the new model must not be worse than current on it")
     gate_max_auc_pr_drop: float = Field(0.02, ge=0, description="allowed AUC-PR drop versus current on the labelled rows")
     auto_promote: bool = Field(True, description="promote a version that passes the gate (else register only)")
     lock_ttl_s: float = Field(300.0, gt=1, description="lock expiry; the holder renews it every third of this")
     request_delay_s: float = Field(600.0, ge=0, description="`--watch`: start this long after a request, so the archive holds data of the new regime (files close every archive.max_file_seconds)")
     watch_block_s: float = Field(5.0, gt=0, description="`kdsm retrain --watch`: block this long per read of the request stream")
+
+    @model_validator(mode="after")
+    def _gate_ratios_ordered(self) -> RetrainConfig:
+        if self.gate_min_alert_ratio >= self.gate_max_alert_ratio:
+            raise ValueError(f"gate_min_alert_ratio ({self.gate_min_alert_ratio:g}) must be below gate_max_alert_ratio "
+                             f"({self.gate_max_alert_ratio:g}): no alert rate could pass the gate")
+        return self
