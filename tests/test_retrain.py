@@ -189,6 +189,15 @@ def test_requests_are_served_by_the_watcher(setup, redis_url):
     blocking.close()
 
 
+@pytest.mark.parametrize("runs", ["0", "-1", "x"])
+def test_retrain_refuses_a_max_runs_that_cannot_run(runs, capsys):
+    """`kdsm retrain --watch --max-runs 0` printed [] and exited 0 without serving a request."""
+    with pytest.raises(SystemExit) as e:
+        kdsm_main(["retrain", "--watch", "--max-runs", runs])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--max-runs: expected a positive integer" in err and "Traceback" not in err
+
+
 def test_models_cli(setup, tmp_path, capsys, second_model):
     s, reg, v0 = setup
     cfg = tmp_path / "cfg.yaml"

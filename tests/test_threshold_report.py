@@ -162,6 +162,54 @@ def test_empty_or_missing_archive_is_a_user_error(tmp_path, tiny_model_dir, caps
         assert err.startswith("kdsm thresholds: error:") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("rows", ["0", "-5"])
+def test_max_rows_must_be_positive(rows, capsys):
+    """--max-rows 0 sliced the window empty and died in np.quantile with an IndexError traceback."""
+    with pytest.raises(SystemExit) as e:
+        main(["thresholds", "report", "--max-rows", rows])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err
+
+
+def test_out_must_name_a_file_that_can_be_written(tmp_path, model, tiny_model_dir, capsys):
+    """--out DIR printed a path that was never written (matplotlib wrote DIR.png); --out FILE/x.png raised
+    FileExistsError. Both are one line now, before the model or the archive is read."""
+    from streamer.dev.local_services import free_port
+
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    cfg = _config(tmp_path, f"redis://127.0.0.1:{free_port()}/0", "kdsm:")  # Redis down: the artifact's thresholds
+    base = ["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg)]
+    outdir = tmp_path / "plots"
+    outdir.mkdir()
+    afile = tmp_path / "file.png"
+    afile.write_bytes(b"x")
+    for out, message in ((outdir, f"--out {outdir} is a directory: name the PNG file"),
+                         (afile / "x.png", f"--out {afile / 'x.png'}: {afile} is a file, not a directory")):
+        assert main([*base, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"kdsm thresholds: error: {message}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".png") == ["file.png"]  # no plots.png
+    # a name without a suffix is the file written, as printed
+    assert main([*base, "--out", str(tmp_path / "report")]) == 0
+    assert f"plot: {tmp_path / 'report'}" in capsys.readouterr().out
+    assert (tmp_path / "report").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_window_without_a_finite_score_is_one_line(tmp_path, model, tiny_model_dir, capsys):
+    root = tmp_path / "archive"
+    sink = ArchiveSink(ArchiveConfig(dir=str(root), fsync=False), background=False)
+    b = _batch(model, make_blobs(n=200, n_out=0, seed=3)[0], 0)
+    b.scores = np.full(len(b.scores), np.nan)
+    sink.on_committed(b)
+    sink.flush()
+    sink.close()
+    assert main(["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root),
+                 "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert err == "kdsm thresholds: error: the window's 200 archived row(s) have no finite score: nothing to report on\n"
+
+
 def test_alert_rates_edges():
     s = np.array([1.0, 2.0, 2.0, 3.0])
     assert alert_rates(s, {"a": 2.0, "b": 3.5, "c": 0.0}) == {"a": 0.75, "b": 0.0, "c": 1.0}

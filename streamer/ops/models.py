@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from offline_train.argtypes import positive_int
 from offline_train.config import load_settings
 
 
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     g.add_argument("--request", action="store_true", help="only write a retrain request to the Redis request stream")
     g.add_argument("--watch", action="store_true", help="consume retrain requests and run one retrain per burst")
     p.add_argument("--reason", default=None, help="why (recorded with the run or the request)")
-    p.add_argument("--max-runs", type=int, help="--watch: stop after this many runs")
+    p.add_argument("--max-runs", type=positive_int, help="--watch: stop after this many runs")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                    help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _retrain(a, settings_cls))

@@ -109,6 +109,8 @@ def read_window(archive_dir: str | Path, model, hours: float | None = 24.0, max_
     else:
         scores = table["kdsm_score"].to_numpy(zero_copy_only=False).astype(np.float64)
     scores = scores[np.isfinite(scores)]
+    if not len(scores):
+        raise ReportError(f"the window's {table.num_rows} archived row(s) have no finite score: nothing to report on")
     ts = table["kdsm_committed_at"]
     return Window(scores=scores, files=len(tables), rows_read=table.num_rows,
                   first=_iso(pa.compute.min(ts).as_py()), last=_iso(pa.compute.max(ts).as_py()),
@@ -245,9 +247,30 @@ def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out
     ax2.legend(loc="lower left", fontsize=9)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, format="png")  # the file named, whatever its suffix (matplotlib would append .png to none)
+    except OSError as e:
+        raise ReportError(f"cannot write --out {out}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def check_out(out: str | Path) -> Path:
+    """``--out`` as a path a PNG can be written to, checked before any work: not a directory, not under a file.
+
+    >>> check_out("/")
+    Traceback (most recent call last):
+    ...
+    streamer.ops.threshold_report.ReportError: --out / is a directory: name the PNG file, e.g. /thresholds-report.png
+    """
+    out = Path(out)
+    if out.is_dir():
+        raise ReportError(f"--out {out} is a directory: name the PNG file, e.g. {out / 'thresholds-report.png'}")
+    above = next((d for d in out.parents if d.exists()), None)  # the nearest existing folder above it
+    if above is not None and not above.is_dir():
+        raise ReportError(f"--out {out}: {above} is a file, not a directory")
     return out
 
 
@@ -276,6 +299,7 @@ def run(a, settings_cls) -> int:
     from offline_train.detector import KDSM
 
     s = load_settings(settings_cls, a.config)
+    check_out(a.out)
     model_dir = a.model or serving_model_dir(s)
     archive_dir = a.archive or s.archive.dir
     if not archive_dir:
