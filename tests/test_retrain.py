@@ -299,3 +299,109 @@ def test_lock_lost_before_the_promote_step_registers_but_does_not_promote(tmp_pa
     assert reg.r.get(reg.keys.lock) == "another-holder"  # the run did not release the other holder's lock
     run = reg.r.xrevrange(reg.keys.runs, count=1)[0][1]
     assert run["status"] == "registered" and "lock lost" in run["reason"]
+
+
+def _pending_with(reg) -> list[tuple[str, str]]:
+    import redis
+
+    try:
+        pending = reg.r.xpending_range(reg.keys.requests, "kdsm-retrain", "-", "+", 100)
+    except redis.ResponseError:  # no consumer group yet
+        return []
+    return [(p["message_id"], p["consumer"]) for p in pending]
+
+
+def _until(cond, timeout: float, every: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(every)
+    return False
+
+
+def test_a_watcher_killed_mid_run_leaves_its_request_to_the_restarted_watcher(setup, tmp_path, redis_url):
+    """SIGKILL a real `kdsm retrain --watch` while its run holds the lock: the request stays pending under the host's
+    consumer name, and the watcher restarted on the host reads it back once the dead run's lock expired: one run."""
+    import signal
+    import socket
+
+    import redis
+
+    s, reg, v0 = setup
+    s.retrain.watch_block_s = 0.3
+    write_archive(Path(s.archive.dir), shifted(2000, 11))
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    rid = request_retrain(reg, "drift")
+    with open(tmp_path / "watch.log", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "streamer", "retrain", "--watch", "--config", str(cfg),
+                                 "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            assert _until(lambda: reg.r.exists(reg.keys.lock), timeout=120), (tmp_path / "watch.log").read_text()
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert _pending_with(reg) == [(rid, socket.gethostname())]  # read, never acknowledged, under a stable name
+    assert reg.r.exists(reg.keys.lock)  # the dead run's lock lives out its TTL
+    assert reg.r.xlen(reg.keys.runs) == 0
+    blocking = redis.Redis.from_url(redis_url, decode_responses=True)
+    stop = threading.Event()
+    timer = threading.Timer(150, stop.set)
+    timer.start()
+    try:
+        results = watch(s, reg, blocking, stop=stop, max_runs=1)  # the restarted pod: same host name
+    finally:
+        timer.cancel()
+        blocking.close()
+    assert [r.status for r in results] == ["promoted"], [r.reason for r in results]
+    assert results[0].details["trigger"] == "request:drift"
+    assert _pending_with(reg) == []
+    assert [f["status"] for _, f in reg.r.xrange(reg.keys.runs)] == ["promoted"]  # it ran once, after the lock expired
+    assert reg.current_version() == results[0].version != v0
+
+
+def test_a_stale_request_of_a_gone_watcher_is_claimed_once_it_is_stale_and_run_once(setup, redis_url):
+    """Watcher pod-a reads a request and stops in its delay wait without acknowledging (the path a SIGTERM takes);
+    watcher pod-b leaves it alone until it has been pending stale_after_s (request delay + lock TTL), then claims it
+    and runs it once."""
+    import redis
+
+    from streamer.lifecycle.retrain import stale_after_s
+
+    s, reg, v0 = setup
+    s.retrain.request_delay_s, s.retrain.lock_ttl_s, s.retrain.watch_block_s = 1.5, 2.0, 0.2
+    stale = stale_after_s(s.retrain)
+    assert stale == 3.5
+    write_archive(Path(s.archive.dir), shifted(2000, 12))
+    clients = [redis.Redis.from_url(redis_url, decode_responses=True) for _ in range(2)]
+    rid = request_retrain(reg, "drift")
+    stop_a, out_a = threading.Event(), []
+    a = threading.Thread(target=lambda: out_a.extend(watch(s, reg, clients[0], stop=stop_a, consumer="pod-a")))
+    stop_b, out_b = threading.Event(), []
+    b = threading.Thread(target=lambda: out_b.extend(watch(s, reg, clients[1], stop=stop_b, max_runs=1, consumer="pod-b")))
+    a.start()
+    try:
+        assert _until(lambda: _pending_with(reg) == [(rid, "pod-a")], timeout=10)
+        read_at = time.monotonic()
+        stop_a.set()  # in its delay wait: gone without an ack
+        a.join(timeout=10)
+        assert not a.is_alive() and out_a == [] and _pending_with(reg) == [(rid, "pod-a")]
+        b.start()
+        assert _until(lambda: _pending_with(reg) != [(rid, "pod-a")], timeout=30, every=0.02), "never claimed"
+        claimed_after = time.monotonic() - read_at
+        assert claimed_after >= stale - 0.3, claimed_after  # not before it was stale
+        b.join(timeout=150)
+    finally:
+        stop_a.set()
+        stop_b.set()
+        for t in (a, b):
+            if t.ident is not None:
+                t.join(timeout=30)
+        for c in clients:
+            c.close()
+    assert [r.status for r in out_b] == ["promoted"], [r.reason for r in out_b]
+    assert _pending_with(reg) == []
+    assert [f["status"] for _, f in reg.r.xrange(reg.keys.runs)] == ["promoted"]
+    assert len(reg.list()) == 2 and reg.current_version() == out_b[0].version

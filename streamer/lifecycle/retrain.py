@@ -5,7 +5,9 @@ Kubernetes CronJob), ``kdsm retrain --request`` asks for one through the
 Redis stream ``<prefix>retrain:requests`` (``streamer.lifecycle.requests``;
 drift events write there too), and
 ``kdsm retrain --watch`` consumes that stream with a consumer group and runs
-one retrain per burst of requests.
+one retrain per burst of requests; requests a dead watcher left pending are
+read back by its restart (stable consumer name) or claimed by another watcher
+once stale (``stale_after_s``).
 
 - **Lock**: redis-py's ``Lock`` (``SET NX PX`` with a random token; release
   and extension are Lua scripts that check the token, so a holder never frees
@@ -44,6 +46,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -224,8 +227,13 @@ def validate(settings, new_path, current: KDSM | None, files: list[Path]) -> dic
 
 # ---------------------------------------------------------------------- the job
 def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now: float | None = None,
-                metrics: LifecycleMetrics | None = None) -> RetrainResult:
-    """One retrain under the fleet lock; the outcome is logged, counted and recorded in Redis."""
+                metrics: LifecycleMetrics | None = None,
+                on_finish: Callable[[RetrainResult], None] | None = None) -> RetrainResult:
+    """One retrain under the fleet lock; the outcome is logged, counted and recorded in Redis.
+
+    ``on_finish(result)`` runs after a run that took the lock, before the lock is released (the watcher
+    acknowledges its requests there: a watcher that finds the lock free finds them acknowledged or orphaned).
+    """
     lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
     started = time.time()
     if not lock.acquire():
@@ -234,10 +242,16 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
         log.info({"event": "retrain_locked", "reason": res.reason})
     else:
         try:
-            res = _run_locked(settings, registry, reason, now, lock)
-        except Exception as e:  # noqa: BLE001 - record any unexpected failure; the pointers are untouched
-            log.exception({"event": "retrain_unexpected_error", "error": f"{type(e).__name__}: {e}"})
-            res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
+            try:
+                res = _run_locked(settings, registry, reason, now, lock)
+            except Exception as e:  # noqa: BLE001 - record any unexpected failure; the pointers are untouched
+                log.exception({"event": "retrain_unexpected_error", "error": f"{type(e).__name__}: {e}"})
+                res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
+            if on_finish is not None:
+                try:
+                    on_finish(res)
+                except Exception as e:  # noqa: BLE001 - the run is done; its caller sees what is left undone
+                    log.warning({"event": "retrain_on_finish_failed", "error": f"{type(e).__name__}: {e}"})
         finally:
             lock.release()
     (metrics or LifecycleMetrics()).retrain_runs.labels(res.status).inc()
@@ -330,6 +344,42 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
 
 
 # ---------------------------------------------------------------------- requests
+def stale_after_s(rc) -> float:
+    """How long a request may stay pending with one watcher before another claims it: ``request_delay_s + lock_ttl_s``.
+
+    A live watcher holds a request at most ``request_delay_s`` before its run takes the lock (or finds it taken and
+    acknowledges); from then on the run holds the lock and acknowledges before releasing it. So a request pending
+    longer than the delay, with a margin of one lock TTL, while the lock is free, belongs to a watcher that died.
+
+    >>> from streamer.lifecycle.config import RetrainConfig
+    >>> stale_after_s(RetrainConfig())
+    900.0
+    """
+    return rc.request_delay_s + rc.lock_ttl_s
+
+
+def _pending(client, registry: ModelRegistry, consumer: str, stale_ms: int) -> list:
+    """Requests left unacknowledged: stale ones of any watcher (claimed), then all of this consumer's own.
+
+    Nothing while the retrain lock is held: the holder may be serving them (it acknowledges before it releases the
+    lock), or it died and the lock expires within ``lock_ttl_s``. The lock is checked before the read, so a request
+    acknowledged by a run that has just ended is not read again.
+    """
+    stream = registry.keys.requests
+    if client.exists(registry.keys.lock):
+        return []
+    cursor = "0-0"
+    for _ in range(100):  # 100 x 100 entries claimed per look at most; the rest at the next loop
+        cursor, claimed, *_ = client.xautoclaim(stream, WATCH_GROUP, consumer, stale_ms, start_id=cursor, count=100)
+        if claimed:
+            log.warning({"event": "retrain_requests_claimed", "requests": len(claimed), "consumer": consumer,
+                         "why": f"pending longer than {stale_ms / 1000:g} s with a watcher that is gone"})
+        if cursor in ("0-0", b"0-0"):
+            break
+    got = client.xreadgroup(WATCH_GROUP, consumer, {stream: "0"}, count=100)
+    return [m for _, batch in (got or []) for m in batch]
+
+
 def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
           max_runs: int | None = None, consumer: str | None = None,
           metrics: LifecycleMetrics | None = None) -> list[RetrainResult]:
@@ -339,9 +389,16 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     burst (time for the new regime's data to reach closed archive files).
     Requests older than the start of the last run are acknowledged without a
     new run (that run already used the data they asked about).
+
+    No request is lost with a watcher: the consumer name is stable (``consumer``,
+    default the host name), and before each read of new requests the watcher
+    takes what is left pending (``_pending``): its own (a restarted watcher's)
+    and, once pending longer than ``stale_after_s``, any other watcher's. A
+    run's requests are acknowledged before it releases the lock; recovered
+    requests whose run finds the lock taken stay pending and are tried again.
     """
     stop = stop or threading.Event()
-    stream, consumer = registry.keys.requests, consumer or f"{socket.gethostname()}-{id(stop):x}"
+    stream, consumer = registry.keys.requests, consumer or socket.gethostname()
     try:
         blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
     except ResponseError as e:
@@ -350,9 +407,14 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     results: list[RetrainResult] = []
     last_start_ms = 0
     block_ms = int(settings.retrain.watch_block_s * 1000)
+    stale_ms = int(stale_after_s(settings.retrain) * 1000)
     while not stop.is_set() and (max_runs is None or len(results) < max_runs):
         try:
-            got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
+            msgs = _pending(blocking_client, registry, consumer, stale_ms)
+            recovered = bool(msgs)
+            if not msgs:
+                got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
+                msgs = [m for _, batch in (got or []) for m in batch]
         except RedisConnectionError as e:  # Redis restarting: wait and read again, never exit on it
             log.warning({"event": "retrain_watch_redis_unavailable", "error": str(e), "action": "retrying"})
             stop.wait(min(5.0, settings.retrain.watch_block_s))
@@ -363,18 +425,30 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
             # The stream was deleted (or Redis lost its data): recreate the group and go on.
             blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
             continue
-        msgs = [m for _, batch in (got or []) for m in batch]
         if not msgs:
             continue
+        ids = [mid for mid, _ in msgs]
         fresh = [(mid, f) for mid, f in msgs if int(mid.split("-")[0]) >= last_start_ms]
         if fresh:
             # Let data of the new regime reach closed archive files before training on it.
             newest_ms = max(int(mid.split("-")[0]) for mid, _ in fresh)
             if stop.wait(max(0.0, newest_ms / 1000 + settings.retrain.request_delay_s - time.time())):
-                break
-            last_start_ms = int(time.time() * 1000)
+                break  # not acknowledged: the next watcher (or this one restarted) takes them
+            start_ms = int(time.time() * 1000)
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
-            log.info({"event": "retrain_requested", "requests": len(fresh), "reasons": reasons})
-            results.append(run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics))
-        blocking_client.xack(stream, WATCH_GROUP, *[mid for mid, _ in msgs])
+            log.info({"event": "retrain_requested", "requests": len(fresh), "reasons": reasons,
+                      "recovered": recovered})
+            res = run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics,
+                              on_finish=lambda _res, ids=ids: blocking_client.xack(stream, WATCH_GROUP, *ids))
+            results.append(res)
+            if res.status == "locked" and recovered:
+                # Maybe the run that died with them still holds the lock: they stay pending, tried when it is free.
+                log.info({"event": "retrain_recovered_requests_deferred", "requests": len(ids)})
+                continue
+            if res.status != "locked":
+                last_start_ms = start_ms
+        try:
+            blocking_client.xack(stream, WATCH_GROUP, *ids)  # again after a run: a no-op unless on_finish failed
+        except RedisConnectionError as e:  # they stay pending with this consumer: read again at the next loop
+            log.warning({"event": "retrain_ack_failed", "error": str(e), "action": "acknowledged at the next loop"})
     return results
