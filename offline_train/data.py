@@ -18,6 +18,7 @@ import fnmatch
 import glob
 import os
 import posixpath
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from .features import (
     SpecError,
     candidate_specs,
     check_schema,
+    float_values,
     infer_specs,
     is_numeric_only,
     profile,
@@ -279,7 +281,7 @@ class ParquetSource:
                 if rb.num_rows == 0:
                     continue
                 if enc is None:
-                    X = np.column_stack([_to_float(rb.column(i)) for i in range(len(self.features))])
+                    X = np.column_stack([float_values(rb.column(i)) for i in range(len(self.features))])
                     ok = np.isfinite(X).all(axis=1)
                 else:
                     encoded = enc.encode_arrow(rb)
@@ -287,7 +289,7 @@ class ParquetSource:
                     ok[list(encoded.reasons)] = False
                 y = None
                 if with_labels and self.has_labels:
-                    y = _to_float(rb.column(rb.schema.get_field_index(self.label_column)))
+                    y = float_values(rb.column(rb.schema.get_field_index(self.label_column)))
                     ok &= np.isfinite(y)
                 read += rb.num_rows
                 skipped += int((~ok).sum())
@@ -348,13 +350,6 @@ def _thin(xs, ys, k, rng):
     return [X[keep]], [None if y is None else y[keep]]
 
 
-def _to_float(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Arrow column -> float64 with NaN for nulls (booleans become 0/1)."""
-    if pa.types.is_boolean(col.type) or pa.types.is_decimal(col.type):
-        col = col.cast(pa.float64())
-    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
 def write_parquet(path: str | os.PathLike, X: np.ndarray, feature_names: list[str], y: np.ndarray | None = None,
                   ids: np.ndarray | None = None) -> Path:
     """Write a feature matrix (and optional labels/ids) as a Parquet file."""
@@ -375,9 +370,12 @@ def load_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """An ADBench ``.npz`` (keys X, y; 1 = anomaly) as float64 X and int y. No pickle."""
     try:
         with np.load(path, allow_pickle=False) as d:
-            return d["X"].astype(np.float64), d["y"].astype(np.int64).ravel()
-    except (OSError, KeyError, ValueError) as e:
+            X, y = d["X"].astype(np.float64), d["y"].astype(np.int64).ravel()
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"cannot read {path} as an ADBench .npz (keys X, y): {e}") from None
+    if X.ndim != 2 or len(X) != len(y):
+        raise DataError(f"{path}: X must be 2-D with one label in y per row, got X {X.shape} and y {y.shape}")
+    return X, y
 
 
 def npz_to_parquet(npz: str | os.PathLike, out: str | os.PathLike) -> Path:

@@ -239,14 +239,28 @@ def column_from_values(spec: FeatureSpec, vals: list) -> Column:
     return Column(out, missing, bad)
 
 
+def float_values(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow number or boolean column as float64, NaN for nulls, booleans 0/1.
+
+    A decimal goes through its text: Arrow's decimal-to-float cast is not correctly rounded, and an event's JSON
+    number is, so the same value would differ by an ulp offline and online.
+
+    >>> import decimal
+    >>> float_values(pa.array([decimal.Decimal("2.675"), None], pa.decimal128(6, 3))).tolist()
+    [2.675, nan]
+    """
+    if pa.types.is_decimal(col.type):
+        col = col.cast(pa.string()).cast(pa.float64())
+    elif pa.types.is_boolean(col.type):
+        col = col.cast(pa.float64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
 def column_from_arrow(spec: FeatureSpec, col: pa.Array | pa.ChunkedArray) -> Column:
     """An Arrow column of one feature as a ``Column`` (the schema was checked against the spec)."""
     missing = np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
     if spec.type in ("numeric", "boolean"):
-        if pa.types.is_boolean(col.type) or pa.types.is_decimal(col.type):
-            col = col.cast(pa.float64())
-        arr = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-        arr = np.where(missing, 0.0, arr)
+        arr = np.where(missing, 0.0, float_values(col))
         return _finite(spec.name, arr, missing, [])
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)

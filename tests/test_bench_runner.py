@@ -137,6 +137,27 @@ def test_second_run_into_the_same_folder_is_refused_in_one_line(data_dir, tmp_pa
     assert {r["dataset"] for r in rows if r["status"] == "ok"} == {"1_blobs", "2_other"}  # free again once released
 
 
+def test_unusable_files_fail_their_rows_and_bad_options_are_one_line(data_dir, tmp_path, capsys):
+    np.savez(data_dir / "4_flat.npz", X=np.zeros(50), y=np.zeros(50, int))  # X is 1-D (an IndexError killed the grid)
+    np.savez(data_dir / "5_short_y.npz", X=np.zeros((100, 2)), y=np.zeros(50, int))  # was scored on 50 rows, "ok"
+    (data_dir / "6_bad_zip.npz").write_bytes(b"PK\x03\x04" + b"\x00" * 40)  # zipfile.BadZipFile killed the grid
+    rows = run_bench(BenchSpec(data_dir, tmp_path / "o", methods=("knn",)), TrainSettings(), progress=False)
+    failed = {r["dataset"]: r["error"] for r in rows if r["status"] == "failed"}
+    assert set(failed) == {"3_broken", "4_flat", "5_short_y", "6_bad_zip"}
+    assert "(50,)" in failed["4_flat"] and "(100, 2)" in failed["5_short_y"]
+    assert {r["dataset"] for r in rows if r["status"] == "ok"} == {"1_blobs", "2_other"}
+
+    def bench(*args) -> str:
+        assert main(["bench", "adbench", "--data-dir", str(data_dir), *args]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        return err
+
+    (tmp_path / "a_file").write_text("")
+    assert "is a file" in bench("--methods", "knn", "--out", str(tmp_path / "a_file"))
+    assert "names no method" in bench("--methods", ",", "--out", str(tmp_path / "o2"))
+
+
 def test_cli_rejects_unknown_method(tmp_path, capsys):
     assert main(["bench", "adbench", "--data-dir", str(tmp_path), "--methods", "kdsm,nope", "--out", str(tmp_path / "o")]) == 2
     assert "nope" in capsys.readouterr().err

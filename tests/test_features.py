@@ -84,6 +84,18 @@ def test_offline_and_online_encode_identically(mixed_parquet):
     assert (online.X[d_null, col("geo.distance_km")] == ff["geo.distance_km"].fill).all()
 
 
+def test_a_decimal_column_encodes_as_its_json_number():
+    """Arrow's decimal-to-float cast is not correctly rounded (2.675 -> 2.6750000000000003); JSON's is."""
+    from decimal import Decimal
+
+    text = ["2.675", "3.3", "9.95", "0.1", "-7.125", "123456.789"] * 5
+    t = pa.table({"amount": pa.array([Decimal(v) for v in text], pa.decimal128(9, 3))})
+    enc = _encoder([FeatureSpec(name="amount", type="numeric")], t)
+    offline = enc.encode_arrow(t)
+    online = enc.encode_records([json.loads(f'{{"amount": {v}}}') for v in text])
+    np.testing.assert_array_equal(offline.X, online.X)
+
+
 def _encoder(specs, table=None):
     table = table if table is not None else mixed_table(300)
     return FittedFeatures.fit(specs, profile(table.to_batches(), specs))

@@ -119,6 +119,8 @@ def _run(a, settings_cls) -> int:
     from .runner import BenchSpec, config_id, run_bench
 
     methods = _csv_list(a.methods or DEFAULT_METHODS[a.setting])
+    if not methods:
+        raise ConfigError(f"--methods names no method; choose from {', '.join(METHODS)}")
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise ConfigError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}")

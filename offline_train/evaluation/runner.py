@@ -163,7 +163,12 @@ def run_bench(spec: BenchSpec, settings, progress: bool = True, jobs: int = 1) -
     """
     if jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
-    Path(spec.out).mkdir(parents=True, exist_ok=True)
+    if Path(spec.out).exists() and not Path(spec.out).is_dir():
+        raise ConfigError(f"--out {spec.out} is a file; name a directory for results.csv and the report")
+    try:
+        Path(spec.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create --out {spec.out}: {e}") from None
     with sole_writer(spec.out):
         return _run_pending(spec, settings, progress, jobs)
 
