@@ -22,6 +22,12 @@ argparse.ArgumentTypeError: expected a positive number, got -1.0
 Traceback (most recent call last):
 ...
 argparse.ArgumentTypeError: expected a share in (0, 1], got 2.0
+>>> seed("7")
+7
+>>> seed("-1")
+Traceback (most recent call last):
+...
+argparse.ArgumentTypeError: expected a seed in 0..4294967295, got -1
 """
 
 from __future__ import annotations
@@ -41,6 +47,14 @@ def positive_int(text: str) -> int:
     n = _int(text, "a positive integer")
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def seed(text: str) -> int:
+    """A random seed: what numpy, torch and scikit-learn all take (scikit-learn's random_state stops at 2**32 - 1)."""
+    n = _int(text, "a seed in 0..4294967295")
+    if not 0 <= n < 2**32:
+        raise argparse.ArgumentTypeError(f"expected a seed in 0..4294967295, got {n}")
     return n
 
 

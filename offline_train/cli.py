@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from .argtypes import positive_int, seed
 from .config import load_settings
 from .published import METHOD_NAMES, published_sections
 
@@ -22,14 +23,14 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
     p.add_argument("--features", nargs="+", help="feature columns, in order (default: all numeric non-id columns)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
-    p.add_argument("--steps", type=int, help="fixed number of optimiser steps (overrides the profile)")
+    p.add_argument("--steps", type=positive_int, help="fixed number of optimiser steps (overrides the profile)")
     p.add_argument("--method", choices=METHOD_NAMES, default="default",
                    help="what to train: the default (for contaminated history: the refinement and the three-part score) "
                         "or a published method by name; kdsm is the one for history known to be clean (every row "
                         "learnt, the network's score alone; as configs/clean-history.yaml)")
     p.add_argument("--no-ema", action="store_true", help="turn off the EMA-teacher filter only (the default's refinement "
                                                          "still trims; for clean history use --method kdsm)")
-    p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--seed", type=seed, help="random seed (0..4294967295)")
     p.add_argument("--device", help="auto (CUDA when present), cpu, cuda, cuda:1, ...")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true", help="replace the model artifact already at --out")

@@ -201,7 +201,7 @@ class OptimConfig(Section):
     weight_decay: float = Field(5e-5, ge=0, description="Adam weight decay (L2)")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast on a CPU that runs it natively, fp32 on CUDA (faster there at these sizes)")
     device: str = Field("auto", description="auto = cuda when present, else cpu")
-    seed: int = Field(0, description="seed of sampling, noise and initialisation")
+    seed: int = Field(0, ge=0, lt=2**32, description="seed of sampling, noise and initialisation (0 to 2**32 - 1)")
     threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")
 
     def budget_rule(self) -> dict[str, int | None]:

@@ -175,6 +175,17 @@ def test_score_refuses_unreadable_data_and_outputs_in_one_line(small_parquet, ti
     assert "cannot write" in score(good, out=tmp_path / "a_file" / "s.parquet")
 
 
+@pytest.mark.parametrize("option,value", [("--seed", "-1"), ("--seed", "4294967296"), ("--steps", "0"),
+                                          ("--steps", "-3")])
+def test_train_refuses_a_seed_or_step_count_that_cannot_run(small_parquet, tmp_path, capsys, option, value):
+    """A negative seed was a pydantic traceback (numpy refuses it); --steps 0 was silently the profile's budget."""
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--data", str(small_parquet), "--out", str(tmp_path / "m"), f"{option}={value}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {option}: expected" in err and "Traceback" not in err
+    assert not (tmp_path / "m").exists()
+
+
 def test_every_subcommand_has_help(capsys):
     from streamer.ops.cli import build_parser
 

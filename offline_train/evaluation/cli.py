@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..argtypes import seed
 from ..config import ConfigError, load_settings
 from .methods import METHODS
 
@@ -125,9 +126,9 @@ def _run(a, settings_cls) -> int:
     if bad:
         raise ConfigError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}")
     try:
-        seeds = tuple(int(s) for s in _csv_list(a.seeds))
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers, got {a.seeds!r}") from None
+        seeds = tuple(seed(s) for s in _csv_list(a.seeds))
+    except argparse.ArgumentTypeError:
+        raise ConfigError(f"--seeds must be comma-separated seeds in 0..4294967295, got {a.seeds!r}") from None
     settings = load_settings(settings_cls, a.config)
     if a.profile:
         settings.train.profile = a.profile
