@@ -18,10 +18,13 @@ and an upload that dies half-way leaves none.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,23 +61,75 @@ def _checksum(weights: Path, meta: dict) -> str:
     return h.hexdigest()
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the platform or the
+    file system cannot, and nothing moved."""
+    if sys.platform != "linux":
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def check_replaceable(path: str | os.PathLike) -> None:
+    """Refuse a local ``path`` that writing an artifact there would destroy: a file, or a directory that holds
+    anything but is no artifact (no ``metadata.json``). New, empty, or an artifact: fine."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise ArtifactError(f"{path} is a file, not an artifact directory: refusing to replace it")
+    if not (path / METADATA).is_file() and any(path.iterdir()):
+        raise ArtifactError(f"{path} is a directory that holds other files, not a model artifact: refusing to replace it")
+
+
 @contextmanager
 def atomic_directory(path: str | os.PathLike):
     """Yield a temp dir beside ``path``; on success it replaces ``path``, on error it is removed.
 
-    Readers (streamers loading a model) see the old directory or the new one, never half of one.
+    ``path`` must be new, an empty directory or an artifact (``check_replaceable``, checked before the
+    caller writes anything): a file or another directory is refused, never deleted. The new directory
+    takes ``path``'s place in one rename-exchange where the file system has it (Linux), else the old one
+    is renamed aside and the new one renamed in (``path`` is absent between the two renames); the old
+    one is deleted only then. Readers (streamers loading a model) see the old directory or the new one,
+    never half of one.
     """
     path = Path(path)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        check_replaceable(path)  # again: something may have appeared there while the caller wrote
+        if not (path.exists() or path.is_symlink()):
+            os.replace(tmp, path)
+            return
+        if not _exchange(tmp, path):
+            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=path.parent))
+            os.replace(path, aside / "old")
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(aside / "old", path)  # put the old one back
+                aside.rmdir()
+                raise
+            tmp = aside
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    # tmp now holds the old directory: the new one is in place, so a failure here costs only disk
+    if tmp.is_symlink():
+        tmp.unlink()
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path | str:

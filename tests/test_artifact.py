@@ -83,3 +83,49 @@ def test_no_pickle_on_the_load_path(tiny_model_dir, monkeypatch):
     monkeypatch.setattr(pickle, "load", refuse)
     monkeypatch.setattr(pickle, "loads", refuse)
     assert KDSM.load(tiny_model_dir).n_features_in_ == 6
+
+
+def test_save_refuses_to_replace_what_is_not_an_artifact(tiny_model_dir, tmp_path):
+    det = KDSM.load(tiny_model_dir)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("precious")
+    with pytest.raises(ArtifactError, match="not a model artifact"):
+        det.save(notes)
+    assert [p.name for p in notes.iterdir()] == ["keep.txt"] and (notes / "keep.txt").read_text() == "precious"
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ArtifactError, match="is a file"):
+        det.save(a_file)
+    assert a_file.read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "notes"]  # no temp directory left behind
+    (tmp_path / "empty").mkdir()
+    assert KDSM.load(det.save(tmp_path / "empty")).version_ == det.version_
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "rename-aside"])
+def test_save_over_an_artifact_deletes_the_old_one_only_once_the_new_one_is_in_place(tiny_model_dir, tmp_path,
+                                                                                     monkeypatch, exchange):
+    import offline_train.artifact as artifact
+
+    det = KDSM.load(tiny_model_dir)
+    target = det.save(tmp_path / "m")
+    (target / "report").mkdir()
+    (target / "report" / "report.json").write_text("{}")
+    det.version_ = "the-new-one"
+    swaps = []
+    real_exchange, real_rmtree = getattr(artifact, "_exchange", None), shutil.rmtree
+    monkeypatch.setattr(artifact, "_exchange", lambda a, b: swaps.append(exchange) or (exchange and real_exchange(a, b)),
+                        raising=False)
+    at_delete = []
+
+    def rmtree(p, *a, **k):
+        at_delete.append(json.loads((target / METADATA).read_text())["version"])
+        return real_rmtree(p, *a, **k)
+
+    monkeypatch.setattr(artifact.shutil, "rmtree", rmtree)
+    det.save(target)
+    assert at_delete == ["the-new-one"]  # one deletion, of the old directory, once the new one is in place
+    assert swaps == [exchange]
+    assert KDSM.load(target).version_ == "the-new-one" and not (target / "report").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
