@@ -36,9 +36,28 @@ class Calibration:
 
     @classmethod
     def from_artifact(cls, scores, meta: dict) -> Calibration:
-        """An artifact's calibration: its sorted scores (a tensor or an array) and its metadata's quantiles and thresholds."""
-        return cls(np.asarray(scores, dtype=np.float64), dict(meta["quantiles"]),
-                   {k: float(v) for k, v in meta["thresholds"].items()})
+        """An artifact's calibration: its sorted scores (a tensor or an array) and its metadata's quantiles and thresholds.
+
+        Raises ValueError unless the scores are a non-empty 1-D run of finite values in ascending order (what
+        ``p_values`` and ``quantile_of`` binary-search), as many as the metadata's ``calibration.n`` where it says,
+        and the thresholds and quantiles are mappings, the thresholds of finite numbers.
+        """
+        s = np.asarray(scores, dtype=np.float64)
+        if s.ndim != 1 or len(s) == 0:
+            raise ValueError(f"calibration scores of shape {s.shape}: expected a non-empty 1-D array")
+        if not np.isfinite(s).all():
+            raise ValueError("calibration scores must be finite")
+        if (np.diff(s) < 0).any():
+            raise ValueError("calibration scores must be sorted ascending")
+        n = meta["calibration"].get("n") if isinstance(meta.get("calibration"), dict) else None
+        if n is not None and n != len(s):
+            raise ValueError(f"{len(s)} calibration scores, the metadata says {n}")
+        if not isinstance(meta["thresholds"], dict) or not isinstance(meta["quantiles"], dict):
+            raise ValueError("thresholds and quantiles must be mappings of severity names")
+        thresholds = {str(k): float(v) for k, v in meta["thresholds"].items()}
+        if not all(np.isfinite(t) for t in thresholds.values()):
+            raise ValueError("thresholds must be finite")
+        return cls(s, dict(meta["quantiles"]), thresholds)
 
     def threshold_for_quantile(self, q: float) -> float:
         return float(np.quantile(self.scores, q))

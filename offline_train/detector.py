@@ -486,11 +486,20 @@ class KDSM(BaseEstimator):
             if det.features_ is not None and det.features_.columns != det.feature_names_:
                 raise ArtifactError(f"{path}: the feature spec's columns differ from the feature list")
             det.n_features_in_ = d
-            if len(det.feature_names_) != d or len(meta["sigmas"]) != d:
+            if d < 1 or len(det.feature_names_) != d:
                 raise ArtifactError(f"{path}: feature count mismatch ({len(det.feature_names_)} names, d={d})")
-            det.scaler_ = Scaler.from_dict(meta["scaler"])
             det.sigmas_ = np.asarray(meta["sigmas"], float)
             det.kappas_ = np.asarray(meta["kappas"], float)
+            if det.sigmas_.shape != (d,) or det.kappas_.shape != (d,):
+                raise ArtifactError(f"{path}: sigmas of shape {det.sigmas_.shape} and kappas of shape "
+                                    f"{det.kappas_.shape} for d={d}")
+            if not (np.isfinite(det.sigmas_) & (det.sigmas_ > 0)).all():
+                raise ArtifactError(f"{path}: sigmas must be finite and above 0")
+            det.scaler_ = Scaler.from_dict(meta["scaler"], d)
+            bad = [k for k, t in tensors.items()
+                   if k.startswith("net.") and t.is_floating_point() and not bool(torch.isfinite(t).all())]
+            if bad:
+                raise ArtifactError(f"{path}: non-finite network weights in {', '.join(sorted(bad))}")
             det.model_ = det.model
             det.net_ = ScoreNet.from_config(d, det.model)
             det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
@@ -499,11 +508,11 @@ class KDSM(BaseEstimator):
             det.forest_, det.neighbours_, det.blend_ = None, None, None
             if det.score_config.isolation_forest:  # artifacts from before the blend have neither
                 det.forest_ = IsolationScorer.from_state(
-                    {k[7:]: v for k, v in tensors.items() if k.startswith("forest.")}, meta["forest"]).to(det.device_)
+                    {k[7:]: v for k, v in tensors.items() if k.startswith("forest.")}, meta["forest"], d).to(det.device_)
                 det.blend_ = Blend.from_dict(meta["blend"])
             if "knn" in meta:  # score.knn: artifacts from before the k-NN part have none
                 det.neighbours_ = NeighbourScorer.from_state(
-                    {k[4:]: v for k, v in tensors.items() if k.startswith("knn.")}, meta["knn"]).to(det.device_)
+                    {k[4:]: v for k, v in tensors.items() if k.startswith("knn.")}, meta["knn"], d).to(det.device_)
             if (det.neighbours_ is not None) != (det.blend_ is not None and det.blend_.has_knn):
                 raise ArtifactError(f"{path}: the k-NN part and the blend's moments do not fit together")
             det.calibration_ = Calibration.from_artifact(tensors["calibration_scores"].numpy(), meta)

@@ -170,12 +170,21 @@ class IsolationScorer(nn.Module):
         return {"trees": self.trees, "levels": self.levels, "metric": self.metric}
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int]) -> IsolationScorer:
+    def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int], d: int | None = None) -> IsolationScorer:
         """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch.
 
+        With ``d`` (the rows' width), every node's feature must be a column of the rows: ``forward`` gathers
+        the feature of every node it passes, a leaf's pass-through nodes included (they hold 0), so one out of
+        range would fail at scoring. Thresholds must not be NaN, leaf values and the scale must be finite.
         Artifacts from before the density metric name none: their forests score by depth."""
         scorer = cls(int(shape["trees"]), int(shape["levels"]), str(shape.get("metric", "depth")))
         scorer.load_state_dict(state, strict=True)
+        if d is not None and len(scorer.feature) and not (0 <= int(scorer.feature.min()) <= int(scorer.feature.max()) < d):
+            raise ValueError(f"isolation forest: a node splits on a feature outside 0..{d - 1}")
+        if not (torch.isfinite(scorer.leaf_value).all() and torch.isfinite(scorer.scale) and scorer.scale >= 0
+                and not torch.isnan(scorer.threshold).any()):
+            raise ValueError("isolation forest: thresholds must be numbers (+inf passes a leaf down), leaf values and "
+                             "scale finite")
         return scorer
 
     @torch.no_grad()

@@ -76,12 +76,17 @@ class NeighbourScorer(nn.Module):
         return {"rows": int(self.reference.shape[0]), "d": int(self.reference.shape[1]), "k": self.k}
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int]) -> NeighbourScorer:
-        """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch."""
+    def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int], d: int | None = None) -> NeighbourScorer:
+        """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch, on reference rows
+        of a width other than ``d`` (where given) and on non-finite ones."""
+        if d is not None and int(shape["d"]) != d:
+            raise ValueError(f"k-NN part: reference rows of {int(shape['d'])} features for {d}")
         scorer = cls(int(shape["rows"]), int(shape["d"]), int(shape["k"]))
         scorer.load_state_dict(state, strict=True)
         if not 1 <= scorer.k < scorer.reference.shape[0]:
             raise ValueError(f"k-NN part: k={scorer.k} for {scorer.reference.shape[0]} reference rows")
+        if not (torch.isfinite(scorer.reference).all() and torch.isfinite(scorer.reference_sq).all()):
+            raise ValueError("k-NN part: reference rows must be finite")
         return scorer
 
     def _kth(self, Z: torch.Tensor, ranks: list[int]) -> list[torch.Tensor]:

@@ -209,6 +209,23 @@ class Scaler:
         return {k: getattr(self, k).tolist() for k in ("mean_", "std_", "discrete_", "constant_")}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Scaler:
-        return cls(np.asarray(d["mean_"], float), np.asarray(d["std_"], float),
-                   np.asarray(d["discrete_"], bool), np.asarray(d["constant_"], bool))
+    def from_dict(cls, d: dict, n_features: int | None = None) -> Scaler:
+        """A scaler from ``to_dict``; raises ValueError unless its four arrays are 1-D of one length (``n_features``
+        where given), the means finite and the standard deviations finite and above 0 (what ``transform`` divides by).
+
+        >>> Scaler.from_dict({"mean_": [0.0], "std_": [0.0], "discrete_": [False], "constant_": [False]})
+        Traceback (most recent call last):
+        ...
+        ValueError: scaler: std_ must be finite and above 0
+        """
+        s = cls(np.asarray(d["mean_"], float), np.asarray(d["std_"], float),
+                np.asarray(d["discrete_"], bool), np.asarray(d["constant_"], bool))
+        n = n_features if n_features is not None else s.mean_.shape[0] if s.mean_.ndim == 1 else None
+        for name in ("mean_", "std_", "discrete_", "constant_"):
+            if n is None or getattr(s, name).shape != (n,):
+                raise ValueError(f"scaler: {name} has shape {getattr(s, name).shape}, expected ({n or 'd'},)")
+        if not np.isfinite(s.mean_).all():
+            raise ValueError("scaler: mean_ must be finite")
+        if not (np.isfinite(s.std_) & (s.std_ > 0)).all():
+            raise ValueError("scaler: std_ must be finite and above 0")
+        return s

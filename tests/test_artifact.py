@@ -129,3 +129,54 @@ def test_save_over_an_artifact_deletes_the_old_one_only_once_the_new_one_is_in_p
     assert swaps == [exchange]
     assert KDSM.load(target).version_ == "the-new-one" and not (target / "report").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def _resigned(src, dst, meta_edit=None, weights_edit=None):
+    """A copy of the artifact at ``src`` with its metadata and/or weights edited, its checksum recomputed."""
+    from offline_train.artifact import read_artifact, write_artifact
+
+    tensors, meta = read_artifact(src)
+    for edit, obj in ((meta_edit, meta), (weights_edit, tensors)):
+        if edit:
+            edit(obj)
+    return write_artifact(dst, tensors, {k: v for k, v in meta.items() if k not in ("checksum", "format")})
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def edit(obj):
+        for k in keys[:-1]:
+            obj = obj[k]
+        obj[keys[-1]] = value(obj[keys[-1]]) if callable(value) else value
+
+    return edit
+
+
+SHAPE_TAMPERING = {  # name: (metadata edit, weights edit, what the refusal says)
+    "scaler mean of 1 feature": (_set("scaler", "mean_", [0.0]), None, "mean_ has shape"),
+    "scaler std of 0": (_set("scaler", "std_", lambda v: [0.0] * len(v)), None, "std_ must be finite and above 0"),
+    "scaler std infinite": (_set("scaler", "std_", lambda v: [float("inf")] * len(v)), None, "std_ must be finite"),
+    "scaler discrete_ too long": (_set("scaler", "discrete_", lambda v: [*v, False]), None, "discrete_ has shape"),
+    "scaler constant_ too short": (_set("scaler", "constant_", lambda v: v[:-1]), None, "constant_ has shape"),
+    "kappas of 1 feature": (_set("kappas", [3.0]), None, "kappas of shape"),
+    "sigmas of 0": (_set("sigmas", lambda v: [0.0] * len(v)), None, "sigmas must be finite and above 0"),
+    "forest feature past d": (None, _set("forest.feature", lambda t: t.clone().fill_(99)), "feature outside 0..5"),
+    "forest feature negative": (None, _set("forest.feature", lambda t: t.clone().fill_(-1)), "feature outside 0..5"),
+    "k-NN reference of 5 features": (_set("knn", "d", 5), _set("knn.reference", lambda t: t[:, :5].contiguous()),
+                                     "reference rows of 5 features for 6"),
+    "calibration reversed": (None, _set("calibration_scores", lambda t: t.flip(0)), "sorted ascending"),
+    "calibration NaN": (None, _set("calibration_scores", lambda t: t * float("nan")), "must be finite"),
+    "calibration 2-D": (None, _set("calibration_scores", lambda t: t.reshape(1, -1)), "1-D"),
+    "calibration empty": (_set("calibration", "n", 0), _set("calibration_scores", lambda t: t[:0]), "non-empty"),
+    "calibration count": (_set("calibration", "n", 3), None, "the metadata says 3"),
+    "network NaN": (None, _set("net.head.2.bias", lambda t: t * float("nan")), "non-finite network weights"),
+}
+
+
+@pytest.mark.parametrize("case", SHAPE_TAMPERING, ids=str)
+def test_metadata_and_weights_of_the_wrong_shape_are_refused_on_load(tiny_model_dir, tmp_path, case):
+    meta_edit, weights_edit, says = SHAPE_TAMPERING[case]
+    m = _resigned(tiny_model_dir, tmp_path / "m", meta_edit, weights_edit)  # checksum valid: only the checks catch it
+    with pytest.raises(ArtifactError, match=says):
+        KDSM.load(m, device="cpu")
