@@ -191,17 +191,27 @@ def read_artifact(path: str | os.PathLike, arrays: Literal["torch", "numpy"] = "
     if not path.is_dir():
         raise ArtifactError(f"no model artifact at {path} (expected a directory with {METADATA} and {WEIGHTS})")
     try:
-        meta = json.loads((path / METADATA).read_text())
+        meta = json.loads((path / METADATA).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ArtifactError(f"{path}: missing {METADATA}") from None
-    except json.JSONDecodeError as e:
+    except OSError as e:  # a directory, unreadable, an I/O error
+        raise ArtifactError(f"{path}/{METADATA} cannot be read: {e.strerror or e}") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}/{METADATA} is not valid JSON: nested too deeply") from None
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
         raise ArtifactError(f"{path}/{METADATA} is not valid JSON: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ArtifactError(f"{path}: unsupported artifact format {meta.get('format') if isinstance(meta, dict) else None!r}, expected {FORMAT}")
     weights = path / WEIGHTS
     if not weights.is_file():
         raise ArtifactError(f"{path}: missing {WEIGHTS}")
-    if _checksum(weights, meta) != meta.get("checksum"):
+    try:
+        checksum = _checksum(weights, meta)
+    except OSError as e:
+        raise ArtifactError(f"{path}: cannot read weights: {e.strerror or e}") from None
+    except (ValueError, RecursionError) as e:
+        raise ArtifactError(f"{path}/{METADATA} cannot be checksummed: {e!r}") from None
+    if checksum != meta.get("checksum"):
         raise ArtifactError(f"{path}: checksum mismatch: the artifact was modified or corrupted")
     try:
         if arrays == "numpy":
@@ -217,7 +227,7 @@ def read_artifact(path: str | os.PathLike, arrays: Literal["torch", "numpy"] = "
     spec = meta.get("feature_spec")
     try:
         expected = spec_hash(spec) if spec else schema_hash(meta.get("features", []))
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
         raise ArtifactError(f"{path}: the feature spec is malformed: {e!r}") from None
     if expected != meta.get("schema_hash"):
         raise ArtifactError(f"{path}: schema hash does not match the feature " + ("spec" if spec else "list"))

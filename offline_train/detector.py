@@ -523,6 +523,7 @@ class KDSM(BaseEstimator):
             det.metadata_ = meta
         except ArtifactError:
             raise
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, OverflowError, IndexError) as e:
+            # a field missing, of the wrong type (a list for a mapping), out of range (Infinity for a count) or shape
             raise ArtifactError(f"{path}: artifact metadata and weights do not fit together: {' '.join(str(e).split())}") from None
         return det

@@ -180,3 +180,42 @@ def test_metadata_and_weights_of_the_wrong_shape_are_refused_on_load(tiny_model_
     m = _resigned(tiny_model_dir, tmp_path / "m", meta_edit, weights_edit)  # checksum valid: only the checks catch it
     with pytest.raises(ArtifactError, match=says):
         KDSM.load(m, device="cpu")
+
+
+def _write_metadata(content):
+    def corrupt(m):
+        if content == "a directory":
+            (m / METADATA).unlink()
+            (m / METADATA).mkdir()
+        else:
+            (m / METADATA).write_bytes(content)
+
+    return corrupt
+
+
+CORRUPT_METADATA = {  # name: (how the copy is spoilt, what the refusal says)
+    "not UTF-8": (_write_metadata(b'{"a": "\xff"}'), "not valid JSON"),
+    "a directory": (_write_metadata("a directory"), "cannot be read"),
+    "nested 100000 deep": (_write_metadata(b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+    "d = Infinity": (lambda m: _resigned(m, m, _set("model_config", "d", float("inf"))), "do not fit together"),
+    "forest levels = Infinity": (lambda m: _resigned(m, m, _set("forest", "levels", float("inf"))), "do not fit together"),
+    "thresholds a list": (lambda m: _resigned(m, m, _set("thresholds", [1.0])), "do not fit together"),
+}
+
+
+@pytest.mark.parametrize("case", CORRUPT_METADATA, ids=str)
+def test_corrupt_metadata_is_an_artifact_error_and_one_line_from_kdsm_score(tiny_model_dir, tmp_path, capsys, case):
+    from offline_train.data import write_parquet
+    from streamer.ops.cli import main
+
+    spoil, says = CORRUPT_METADATA[case]
+    m = _copy(tiny_model_dir, tmp_path)
+    spoil(m)
+    with pytest.raises(ArtifactError, match=says):
+        KDSM.load(m, device="cpu")
+    data = tmp_path / "rows.parquet"
+    write_parquet(data, make_blobs(n=20, n_out=0, seed=1)[0], [f"f{j}" for j in range(6)])
+    assert main(["score", "--model", str(m), "--data", str(data), "--out", str(tmp_path / "scored.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err
+    assert not (tmp_path / "scored.parquet").exists()
