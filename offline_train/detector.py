@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
 from .blend import PART_NAMES, Blend
@@ -316,6 +317,7 @@ class KDSM(BaseEstimator):
     # ----------------------------------------------------------------- scoring
     @property
     def thresholds_(self) -> dict[str, float]:
+        check_is_fitted(self, "calibration_")
         return self.calibration_.thresholds
 
     @property
@@ -326,12 +328,14 @@ class KDSM(BaseEstimator):
     @property
     def schema_hash_(self) -> str:
         """The input contract's hash: the feature spec's where there is one, else the ordered feature names."""
+        check_is_fitted(self, "feature_names_")
         spec = getattr(self, "features_", None)
         return spec.spec_hash() if spec is not None else schema_hash(self.feature_names_)
 
     @torch.no_grad()
     def score_parts(self, X: np.ndarray, chunk: int = 65536) -> ScoreParts:
         """Scores of raw rows ``X`` with their parts, in eval mode (batch-invariant): one pass of each part."""
+        check_is_fitted(self, "net_")  # scikit-learn's NotFittedError before fit (fit itself scores once net_ is set)
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
             raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}. Reshape your data "
@@ -373,6 +377,7 @@ class KDSM(BaseEstimator):
 
     def standardise(self, X: np.ndarray) -> np.ndarray:
         """Scaled rows, clipped to +-``Z_BOUND`` (what the network sees; finite for every finite input)."""
+        check_is_fitted(self, "scaler_")
         with np.errstate(over="ignore"):  # (1e308 - mean) / std may overflow to inf: the clip bounds it
             return np.clip(self.scaler_.transform(X), -Z_BOUND, Z_BOUND)
 
@@ -391,6 +396,7 @@ class KDSM(BaseEstimator):
         return self.fit(X).labels_
 
     def p_values(self, scores: np.ndarray) -> np.ndarray:
+        check_is_fitted(self, "calibration_")
         return self.calibration_.p_values(scores)
 
     def severity(self, scores: np.ndarray, thresholds: dict[str, float] | None = None) -> np.ndarray:
@@ -405,6 +411,7 @@ class KDSM(BaseEstimator):
         (``FittedFeatures.explain``); ``records``, the raw events of the rows, let
         it quote their values (an unseen category by name).
         """
+        check_is_fitted(self, "net_")
         X = np.asarray(X, dtype=np.float64)
         F = self.score_outputs(X)[1] if outputs is None else outputs
         F = F.astype(np.float64)
@@ -432,6 +439,7 @@ class KDSM(BaseEstimator):
     # ----------------------------------------------------------------- persistence
     def save(self, path, extra: dict | None = None) -> Path:
         """Write the artifact directory (see ``offline_train.artifact``)."""
+        check_is_fitted(self, "calibration_")
         tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
         tensors["calibration_scores"] = torch.as_tensor(self.calibration_.scores, dtype=torch.float64)
         forest = getattr(self, "forest_", None)

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer
 from sklearn.utils import estimator_checks as checks
@@ -38,6 +39,7 @@ APPLICABLE = [
     checks.check_dict_unchanged,
     checks.check_fit_idempotent,
     checks.check_n_features_in,
+    checks.check_estimators_unfitted,
 ]
 
 
@@ -74,3 +76,21 @@ def test_rows_without_columns_are_refused_before_any_part_is_built():
         warnings.simplefilter("error")  # torch warns on a zero-width layer: nothing may be built first
         with pytest.raises(ValueError, match="0 feature\\(s\\) \\(shape=\\(12, 0\\)\\)"):
             tiny().fit(np.zeros((12, 0)))
+
+
+def test_every_method_of_an_unfitted_detector_raises_not_fitted(tmp_path):
+    det, X = tiny(), np.zeros((3, 2))
+    calls = {
+        "decision_function": lambda: det.decision_function(X), "predict": lambda: det.predict(X),
+        "score_parts": lambda: det.score_parts(X), "score_outputs": lambda: det.score_outputs(X),
+        "standardise": lambda: det.standardise(X), "explain": lambda: det.explain(X),
+        "explain with outputs": lambda: det.explain(X, outputs=np.zeros((3, 2))),
+        "p_values": lambda: det.p_values(np.zeros(3)), "severity": lambda: det.severity(np.zeros(3)),
+        "thresholds_": lambda: det.thresholds_, "threshold_": lambda: det.threshold_,
+        "schema_hash_": lambda: det.schema_hash_, "save": lambda: det.save(tmp_path / "m"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(NotFittedError, match="not fitted yet"):
+            call()
+        assert not (tmp_path / "m").exists(), name
+    assert det.severity(np.array([0.0, 2.0]), {"warning": 1.0}).tolist() == ["", "warning"]  # needs no fitted state
