@@ -161,6 +161,7 @@ class KDSM(BaseEstimator):
         ``features``: the fitted feature spec that encoded ``X`` (its columns name
         the features); the model keeps it, so it scores and explains raw records.
         """
+        self._reset()
         self.features_ = features
         if features is not None:
             feature_names = features.columns
@@ -191,6 +192,7 @@ class KDSM(BaseEstimator):
         lines where no progress bar can show (not a TTY).
         """
         phase = on_phase or (lambda text: None)
+        self._reset()
         self.features_ = source.encoder
         engine = engine or LocalEngine()
         d = len(source.features)
@@ -223,6 +225,12 @@ class KDSM(BaseEstimator):
         self._fit_network(train_X, cal_X, scaler, sig, list(source.features), progress, phase)
         self._set_training_scores(train_X)  # the in-memory training sample, not every row of the source
         return self
+
+    def _reset(self) -> None:
+        """Forget what an earlier ``fit``, ``fit_source`` or ``load`` learned (the attributes ending in ``_``):
+        ``data_summary_`` (``fit_source`` only) and ``metadata_`` (``load`` only) would otherwise outlive a refit."""
+        for name in [k for k in vars(self) if k.endswith("_") and not k.startswith("_")]:
+            delattr(self, name)
 
     def _category_columns(self) -> np.ndarray | None:
         """The feature spec's category columns, for the scaler (an unseen category stands far off), or None."""

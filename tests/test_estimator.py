@@ -6,6 +6,7 @@ follows PyOD, 1 = outlier) and pickling (the artifact is the persistence
 format; nothing is unpickled on a load path).
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -94,3 +95,21 @@ def test_every_method_of_an_unfitted_detector_raises_not_fitted(tmp_path):
             call()
         assert not (tmp_path / "m").exists(), name
     assert det.severity(np.array([0.0, 2.0]), {"warning": 1.0}).tolist() == ["", "warning"]  # needs no fitted state
+
+
+def test_a_refit_forgets_what_the_last_fit_or_load_learned(tmp_path):
+    from offline_train.artifact import METADATA
+    from offline_train.data import ParquetSource, write_parquet
+
+    rng = np.random.default_rng(2)
+    det = tiny().fit_source(ParquetSource(write_parquet(tmp_path / "d.parquet", rng.normal(size=(300, 3)),
+                                                        ["a", "b", "c"])))
+    assert det.data_summary_["rows_read"] == 300
+    det.fit(rng.normal(size=(200, 2)))  # from rows in memory: no Parquet summary
+    assert not hasattr(det, "data_summary_")
+    saved = det.save(tmp_path / "m")
+    assert json.loads((saved / METADATA).read_text())["data_summary"] is None
+    loaded = KDSM.load(saved)
+    assert hasattr(loaded, "metadata_")
+    loaded.fit(rng.normal(size=(200, 4)))
+    assert not hasattr(loaded, "metadata_") and loaded.feature_names_ == ["f0", "f1", "f2", "f3"]
