@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -105,7 +106,10 @@ def atomic_directory(path: str | os.PathLike):
     path = Path(path)
     check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    # Not mkdtemp: its 0700 would make the model unreadable to a streamer running as another user; mkdir honours
+    # the umask, as the directory the artifact replaces was made.
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}"
+    tmp.mkdir()
     try:
         yield tmp
         check_replaceable(path)  # again: something may have appeared there while the caller wrote

@@ -103,6 +103,13 @@ def test_save_refuses_to_replace_what_is_not_an_artifact(tiny_model_dir, tmp_pat
     assert KDSM.load(det.save(tmp_path / "empty")).version_ == det.version_
 
 
+def test_a_saved_artifact_is_as_readable_as_a_directory_made_here(tiny_model_dir, tmp_path):
+    """The umask's mode, not mkdtemp's 0700: a streamer running as another user must be able to read the model."""
+    (tmp_path / "plain").mkdir()
+    saved = KDSM.load(tiny_model_dir).save(tmp_path / "m")
+    assert (saved.stat().st_mode & 0o777) == ((tmp_path / "plain").stat().st_mode & 0o777)
+
+
 @pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "rename-aside"])
 def test_save_over_an_artifact_deletes_the_old_one_only_once_the_new_one_is_in_place(tiny_model_dir, tmp_path,
                                                                                      monkeypatch, exchange):
