@@ -129,4 +129,8 @@ class Blend:
         keys = ["network_mean", "network_std", "forest_mean", "forest_std"]
         if "knn_mean" in d or "knn_std" in d:
             keys += ["knn_mean", "knn_std"]  # both or a KeyError
-        return cls(**{k: float(d[k]) for k in keys})
+        values = {k: float(d[k]) for k in keys}
+        bad = [k for k, v in values.items() if not np.isfinite(v) or (k.endswith("_std") and v <= 0)]
+        if bad:  # a zero or non-finite spread would give every row an infinite or NaN z-score
+            raise ValueError(f"blend moments {', '.join(bad)} must be finite, spreads above 0")
+        return cls(**values)

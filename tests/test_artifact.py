@@ -178,6 +178,8 @@ SHAPE_TAMPERING = {  # name: (metadata edit, weights edit, what the refusal says
     "calibration empty": (_set("calibration", "n", 0), _set("calibration_scores", lambda t: t[:0]), "non-empty"),
     "calibration count": (_set("calibration", "n", 3), None, "the metadata says 3"),
     "network NaN": (None, _set("net.head.2.bias", lambda t: t * float("nan")), "non-finite network weights"),
+    "blend spread of 0": (_set("blend", "forest_std", 0.0), None, "forest_std must be finite, spreads above 0"),
+    "blend mean NaN": (_set("blend", "network_mean", float("nan")), None, "network_mean must be finite"),
 }
 
 
