@@ -10,6 +10,7 @@ the Grafana dashboard are checked against the code they point at
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -194,6 +195,26 @@ def test_compose_structure_and_references():
     assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
     assert int(services["streamer"]["deploy"]["replicas"]) >= 2
     assert int(services["kafka-topics"]["environment"]["TOPIC_PARTITIONS"]) >= int(services["streamer"]["deploy"]["replicas"])
+
+
+def _kafka_cluster_id_ok(cid: str) -> bool:
+    """What Kafka's Uuid.fromString accepts (kafka-storage format): URL-safe base64 of exactly 16 bytes, no padding."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{22}", cid):
+        return False
+    raw = base64.urlsafe_b64decode(cid + "==")
+    return len(raw) == 16 and base64.urlsafe_b64encode(raw).decode().rstrip("=") == cid
+
+
+def test_kafka_cluster_id_is_a_valid_kraft_id():
+    # the old default, 'kdsm-kraft-cluster-0001', decodes to 17 bytes: the broker refused to format its storage
+    assert not _kafka_cluster_id_ok("kdsm-kraft-cluster-0001")
+    env = env_file(DEPLOY / ".env.example")
+    assert _kafka_cluster_id_ok(env["KAFKA_CLUSTER_ID"])
+    assert load_compose("compose.yaml")["services"]["kafka"]["environment"]["CLUSTER_ID"] == env["KAFKA_CLUSTER_ID"]
+    # and the compose default, when deploy/.env does not set it
+    default = load_compose("compose.yaml", env={k: v for k, v in env.items() if k != "KAFKA_CLUSTER_ID"})
+    cid = default["services"]["kafka"]["environment"]["CLUSTER_ID"]
+    assert _kafka_cluster_id_ok(cid) and len(base64.urlsafe_b64decode(cid + "==")) == 16
 
 
 def test_compose_kdsm_env_names_are_settings_keys_and_load():
