@@ -372,10 +372,10 @@ def test_dockerfile_copies_existing_paths_and_runs_a_real_command():
 
 # ----------------------------------------------------------------------------- Kubernetes
 def _k8s_docs() -> dict[tuple[str, str], dict]:
+    """The resources `kubectl apply -k deploy/k8s` applies (the files its kustomization lists)."""
     docs = {}
-    for path in sorted(K8S.glob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
+    for name in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]:
+        path = K8S / name
         for d in yaml.safe_load_all(path.read_text()):
             if d:
                 assert {"apiVersion", "kind", "metadata"} <= set(d), path
@@ -393,12 +393,63 @@ def test_kustomization_lists_every_manifest():
     kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     listed = set(kust["resources"])
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert listed == on_disk
+    assert listed == {n for n in on_disk if not n.endswith(".example.yaml")}
+    assert on_disk - listed == {"secret.example.yaml"}
+
+
+def _kustomize_docs(folder: Path) -> list[tuple[Path, dict]]:
+    """Every document a kustomization under deploy/k8s puts on the cluster: its resources (files, or folders
+    with their own kustomization, recursively) and its patches."""
+    kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    out = []
+    for r in kust.get("resources", []):
+        path = (folder / r).resolve()
+        if path.is_dir():
+            out += _kustomize_docs(path)
+        else:
+            out += [(path, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    for p in kust.get("patches", []):
+        path = (folder / p["path"]).resolve()
+        out += [(path, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return out
+
+
+def test_no_kustomization_applies_a_placeholder_secret():
+    """The Secrets are the operator's: listed as resources, every `kubectl apply -k` (base, gpu, s3) would
+    overwrite the real kdsm-credentials / kdsm-s3 with the CHANGE-ME placeholders of the examples."""
+    kustomizations = sorted(K8S.rglob("kustomization.yaml"))
+    assert {k.parent.relative_to(K8S).as_posix() for k in kustomizations} == {".", "gpu", "s3"}
+    for kust in kustomizations:
+        docs = _kustomize_docs(kust.parent)
+        assert docs, kust
+        for path, d in docs:
+            assert "CHANGE-ME" not in json.dumps(d), f"{kust} applies the placeholders of {path.name}"
+            assert d["kind"] != "Secret", f"{kust} applies Secret {d['metadata']['name']} from {path.name}"
+    # the examples are still there, outside every kustomization, and keep the placeholders
+    for example, name in ((K8S / "secret.example.yaml", "kdsm-credentials"), (K8S / "s3" / "s3-secret.example.yaml", "kdsm-s3")):
+        secret = yaml.safe_load(example.read_text())
+        assert secret["kind"] == "Secret" and secret["metadata"]["name"] == name
+        assert set(secret["stringData"].values()) == {"CHANGE-ME"}
+
+
+def test_docs_create_the_namespace_before_the_secret_and_the_secret_before_apply():
+    """On a fresh cluster `kubectl -n kdsm create secret` fails without the namespace, and `apply -k` without the
+    Secret starts pods that cannot read their passwords: the documented order is namespace, Secret(s), apply -k."""
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    k8s = ops[ops.index("### Kubernetes"):]
+    for block in re.findall(r"```bash\n(.*?)```", k8s, re.S)[:2]:
+        lines = [line for line in block.replace("\\\n", " ").splitlines() if line.startswith("kubectl")]
+        ns = next(i for i, line in enumerate(lines) if line.startswith("kubectl apply -f deploy/k8s/namespace.yaml"))
+        secrets = [i for i, line in enumerate(lines) if "create secret" in line]
+        applies = [i for i, line in enumerate(lines) if line.startswith("kubectl apply -k")]
+        assert secrets and applies and ns < min(secrets) and max(secrets) < min(applies), block
+        assert yaml.safe_load((K8S / "namespace.yaml").read_text())["metadata"]["name"] == "kdsm"
 
 
 def test_k8s_references_resolve_and_env_names_are_settings():
     docs = _k8s_docs()
-    secret = docs[("Secret", "kdsm-credentials")]
+    secret = yaml.safe_load((K8S / "secret.example.yaml").read_text())  # the keys the real Secret must have
+    assert secret["metadata"]["name"] == "kdsm-credentials"
     for (kind, name), d in docs.items():
         if kind not in ("Deployment", "CronJob", "Job"):
             continue
