@@ -303,6 +303,31 @@ def test_prometheus_rules_are_loaded_and_use_exported_metrics():
         assert n >= 4
 
 
+def test_streamer_stuck_rule_needs_work_and_ignores_the_unset_commit_gauge():
+    """KdsmStreamerStuck (severity page) used to be `time() - kdsm_last_commit_timestamp_seconds > 120 and
+    kdsm_assigned_partitions > 0`: it paged on every quiet topic (no batch, no commit) and right after a start
+    (the gauge is 0 until the first commit, so time() - 0 > 120)."""
+    rules = yaml.safe_load((DEPLOY / "prometheus-rules.yml").read_text())
+    rule = next(r for g in rules["groups"] for r in g["rules"] if r["alert"] == "KdsmStreamerStuck")
+    expr = " ".join(rule["expr"].split())
+    assert rule["labels"]["severity"] == "page"
+    # the gauge counts only once set; before the first commit the age is measured from the process start
+    assert "(kdsm_last_commit_timestamp_seconds > 0 or process_start_time_seconds) > 120" in expr
+    assert "and kdsm_assigned_partitions > 0" in expr
+    # work to commit: batches in flight, or events consumed in the last 5 minutes (summed over `result`
+    # only, so the series keep every target label and `and` matches them one to one)
+    assert "and (kdsm_in_flight_batches > 0 or sum without (result) (increase(kdsm_events_total[5m])) > 0)" in expr
+    assert expr.count("(") == expr.count(")")
+    # process_start_time_seconds is not a kdsm_ metric: it must come from the streamer's /metrics too
+    # (prometheus_client's process collector, which MetricsServer serves beside the streamer's own registry)
+    served = {line.split()[0].split("{")[0] for line in StreamMetrics().render().decode().splitlines()
+              if line and not line.startswith("#")}
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            assert set(re.findall(r"\bprocess_[a-z_]+", r["expr"])) <= served, r["alert"]
+    assert "process_start_time_seconds" in served
+
+
 def test_gpu_overlay_reserves_an_nvidia_gpu():
     c = load_compose("compose.yaml", "compose.gpu.yaml")
     for name in ("streamer", "retrain"):
