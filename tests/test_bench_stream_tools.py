@@ -50,9 +50,11 @@ def test_bench_stream_refuses_an_alert_share_outside_zero_to_one_in_one_line(val
     assert e.value.code == 2 and "expected a share in (0, 1]" in err and "Traceback" not in err
 
 @pytest.mark.integration
-def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp_path):
+def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp_path, monkeypatch):
     """``--rounds``: consume-only and end to end alternate on fresh groups; the headline is the median of the
-    rounds' ratios and the two rates are the medians of the rounds' (real broker)."""
+    rounds' ratios and the two rates are the medians of the rounds' (real broker). The latency stage's replay
+    produces to the bench's broker whatever ``KDSM_KAFKA__BOOTSTRAP`` says (it outranked the replay's config file,
+    and the stage waited for events sent elsewhere)."""
     import json
     import statistics
 
@@ -60,6 +62,7 @@ def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp
     from streamer.dev.bench_stream import run
 
     s = Settings()
+    monkeypatch.setenv("KDSM_KAFKA__BOOTSTRAP", "127.0.0.1:9")  # the discard port: nothing listens there
     s.kafka.bootstrap = kafka_bootstrap
     s.stream.max_batch = 500
     out = tmp_path / "bench.json"
@@ -72,3 +75,41 @@ def test_bench_stream_reports_every_round_and_their_medians(kafka_bootstrap, tmp
     assert r["ratio_e2e_over_consume"] == pytest.approx(statistics.median(x["ratio"] for x in rounds), abs=1e-3)
     assert r["e2e_events_per_s"] == round(statistics.median(x["e2e_events_per_s"] for x in rounds))
     assert r["config"]["rounds"] == 3 and json.loads(out.read_text())["rounds"] == rounds
+    assert r["latency"]["to_commit"]["n"] > 0
+
+
+def test_a_bench_keeps_its_temp_folder_only_after_a_failure(tmp_path, capsys):
+    from streamer.dev.bench_fixtures import remove_scratch
+
+    ok, failed = tmp_path / "ok", tmp_path / "failed"
+    for d in (ok, failed):
+        (d / "state").mkdir(parents=True)
+    try:
+        pass
+    finally:
+        remove_scratch(ok)
+    with pytest.raises(RuntimeError):
+        try:
+            raise RuntimeError("the run failed")
+        finally:
+            remove_scratch(failed)
+    assert not ok.exists() and (failed / "state").is_dir()
+    assert f"kept {failed}" in capsys.readouterr().err
+
+
+def test_sigterm_ends_a_bench_through_its_finally_blocks(tmp_path):
+    """``timeout`` (deploy/gpu/check.sh) stops a bench with SIGTERM: its finally blocks must run (stop the broker)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    done = tmp_path / "finally-ran"
+    code = ("import time\nfrom streamer.dev.bench_fixtures import stop_on_sigterm\nstop_on_sigterm()\n"
+            f"try:\n    print('ready', flush=True)\n    time.sleep(60)\nfinally:\n    open({str(done)!r}, 'w').close()\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 128 + signal.SIGTERM and time.monotonic() - t0 < 10
+    assert done.exists()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -62,3 +65,18 @@ def write_result(out: str | None, result: dict, log=print) -> None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2))
         log(f"wrote {out}")
+
+
+def stop_on_sigterm() -> None:
+    """A SIGTERM (``timeout``, a pod's stop) ends a bench as Ctrl-C does, through its ``finally`` blocks: the broker
+    it started (in its own session, out of ``timeout``'s reach) is stopped and its temp folder handled."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def remove_scratch(tmp: Path) -> None:
+    """For a bench's ``finally``: its temp folder (broker state, models, child logs) goes after a run that ended
+    well; after a failure it stays, named on stderr, for its logs."""
+    if sys.exc_info()[0] is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        print(f"kdsm bench: kept {tmp} (the failed run's broker state and logs)", file=sys.stderr)

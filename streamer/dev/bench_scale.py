@@ -112,7 +112,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     from streamer.pipeline.kafka_clients import ensure_topics
 
     from . import local_services
-    from .bench_fixtures import bench_model, consume_only, events_json, write_result
+    from .bench_fixtures import bench_model, consume_only, events_json, remove_scratch, write_result
 
     s = settings.model_copy(deep=True)
     s.metrics.enabled = False
@@ -170,6 +170,7 @@ def run(settings, model_path: str | None = None, processes=(1, 2, 4), events: in
     finally:
         if broker:
             broker.stop()
+        remove_scratch(tmp)
 
 
 def _wait_drained(s, group: str, ends: dict[int, int], procs, timeout_s: float = 240.0) -> None:

@@ -55,7 +55,15 @@ from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import ConstantScorer
 from streamer.service import configure_process
 
-from .bench_fixtures import bench_model, consume_only, events_json, produce, write_result
+from .bench_fixtures import (
+    bench_model,
+    consume_only,
+    events_json,
+    produce,
+    remove_scratch,
+    stop_on_sigterm,
+    write_result,
+)
 
 
 class _Timeline:
@@ -207,10 +215,16 @@ def _latency(s, model, X: np.ndarray, tmp: Path, topic: str, group: str, rate: f
     app, tl, acks, th = _stream(s, model, topic, group, n, scorer)
     if not app.ready.wait(60):
         raise RuntimeError("latency streamer got no partitions")
+    # The replay gets this run's Kafka settings whole: the bench's broker and any SASL/SSL the --config gave. Its
+    # KDSM_KAFKA__* variables would outrank the file (an exported KDSM_KAFKA__BOOTSTRAP sent the events elsewhere
+    # and the latency stage waited for nothing); the password goes by environment, not into the file.
     cfg = tmp / "bench.yaml"
-    cfg.write_text(json.dumps({"kafka": {"bootstrap": s.kafka.bootstrap}}))  # JSON is YAML
+    cfg.write_text(json.dumps({"kafka": s.kafka.model_dump(mode="json", exclude={"sasl_password"})}))  # JSON is YAML
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KDSM_KAFKA")}
+    if s.kafka.sasl_password is not None:
+        env["KDSM_KAFKA__SASL_PASSWORD"] = s.kafka.sasl_password.get_secret_value()
     subprocess.run([sys.executable, "-m", "streamer", "replay", "--data", str(data), "--topic", topic,
-                    "--rate", str(rate), "--config", str(cfg)], check=True, stdout=subprocess.DEVNULL)
+                    "--rate", str(rate), "--config", str(cfg)], check=True, stdout=subprocess.DEVNULL, env=env)
     th.join(120)
     lat = np.concatenate(tl.latencies) if tl.latencies else np.zeros(0)
     return _pcts(acks.latencies), _pcts(lat)
@@ -332,6 +346,7 @@ def run(settings, model_path: str | None = None, events: int = 60000, max_batch:
     finally:
         if broker:
             broker.stop()
+        remove_scratch(tmp)
 
 
 @contextlib.contextmanager
@@ -365,6 +380,7 @@ def _backlog(settings, prefix: str, events: int, consume_batch: int | None, mode
     finally:
         if broker:
             broker.stop()
+        remove_scratch(tmp)
 
 
 def delivery_ab(settings, model_path: str | None = None, events: int = 60000, rounds: int = 3, width: int = 512,
@@ -560,6 +576,7 @@ def _main(a, settings_cls) -> int:
     from streamer.pipeline.logs import setup_logging
 
     setup_logging("WARNING")
+    stop_on_sigterm()
     s = load_settings(settings_cls, a.config)
     if a.bootstrap:
         s.kafka.bootstrap = a.bootstrap
