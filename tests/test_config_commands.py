@@ -61,6 +61,19 @@ def test_show_section_and_comments(capsys):
     assert "# metrics port: /metrics and /healthz; 0 = any free port" in out
 
 
+def test_show_section_keeps_the_comments(capsys):
+    """--section with --comments printed the section through yaml.safe_dump, which drops every comment."""
+    assert main(["config", "show", "--section", "kafka", "--comments"]) == 0
+    out = capsys.readouterr().out
+    assert "  # topic the streamer consumes events from\n  events_topic: kdsm.events\n" in out
+    assert out.startswith("# Broker, topics and client settings") and "\nredis:" not in out
+    assert list(yaml.safe_load(out)) == ["kafka"]
+    assert main(["config", "show", "--section", "kafka"]) == 0  # without --comments: no comment lines
+    out = capsys.readouterr().out
+    assert out.startswith("kafka:\n") and not any(line.lstrip().startswith("#") for line in out.splitlines())
+    assert yaml.safe_load(out)["kafka"]["events_topic"] == "kdsm.events"
+
+
 def test_show_rejects_an_unknown_section(capsys):
     assert main(["config", "show", "--section", "kafak"]) == 2
     assert "unknown section 'kafak'" in capsys.readouterr().err

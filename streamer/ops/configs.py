@@ -45,13 +45,30 @@ def _show(a, settings_cls) -> int:
     if a.section:
         if a.section not in type(s).model_fields:
             raise ConfigError(f"unknown section {a.section!r}; sections: {', '.join(type(s).model_fields)}")
-        text = render_yaml(s, mask=True, comments=a.comments)
-        doc = yaml.safe_load(text)  # cut the one section out of the full (masked) rendering
-        text = yaml.safe_dump({a.section: doc[a.section]}, sort_keys=False)
+        # cut the one section out of the full (masked) rendering as text, so its comments stay
+        text = cut_section(render_yaml(s, mask=True, comments=a.comments), a.section)
     else:
         text = render_yaml(s, mask=True, comments=a.comments).lstrip("\n")
     sys.stdout.write(text)
     return 0
+
+
+def cut_section(text: str, section: str) -> str:
+    """The top-level ``section`` (or top-level key) of a rendering (``render_yaml``), with its comments.
+
+    It runs from the section's own comment line (if any) to the next line at column 0.
+
+    >>> cut_section("\\n# A.\\na:\\n  # x help\\n  x: 1\\n\\n# B.\\nb:\\n  y: 2\\n", "a")
+    '# A.\\na:\\n  # x help\\n  x: 1\\n'
+    """
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line == f"{section}:" or line.startswith(f"{section}: "))
+    end = start + 1
+    while end < len(lines) and (not lines[end] or lines[end][0] in " \t"):
+        end += 1
+    while start > 0 and lines[start - 1].startswith("#"):
+        start -= 1
+    return "\n".join(lines[start:end]).rstrip("\n") + "\n"
 
 
 def secrets_in_file(settings_cls, path) -> list[str]:
