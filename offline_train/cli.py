@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--data", required=True, help="a Parquet file, a directory of them, or a glob; local or s3://bucket/prefix")
     p.add_argument("--out", required=True, help="artifact directory to write (a path or s3://bucket/prefix)")
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
-    p.add_argument("--features", nargs="+", help="feature columns, in order (default: all numeric non-id columns)")
+    p.add_argument("--features", nargs="+", help="feature columns, in order (default: inferred from the schema: numeric, boolean and string columns, structs flattened, except id/ts/label; kdsm features infer prints them)")
     p.add_argument("--profile", choices=["fast", "paper"], help="training profile (default from config: fast)")
     p.add_argument("--steps", type=positive_int, help="fixed number of optimiser steps (overrides the profile)")
     p.add_argument("--method", choices=METHOD_NAMES, default="default",

@@ -49,7 +49,7 @@ class Section(BaseModel):
 class DataConfig(Section):
     """Which Parquet columns are features, ids, times and (optional) labels."""
 
-    features: list[str] | None = Field(None, description="feature columns in order; None = every numeric column that is not id/timestamp/label")
+    features: list[str] | None = Field(None, description="feature columns in order; None = inferred: every numeric, boolean and string column (struct fields flattened to dotted paths) except id/timestamp/label and identifier-like strings (kdsm features infer prints them)")
     id_column: str = Field("id", description="Parquet column holding the row id (kept out of the features)")
     timestamp_column: str = Field("ts", description="Parquet column holding the event time (kept out of the features)")
     label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
@@ -114,8 +114,8 @@ class SigmaConfig(Section):
 class ModelConfig(Section):
     """ResNet-MLP score network (DESIGN 3.3)."""
 
-    width: int = Field(512, gt=0, description="hidden width of the ResNet-MLP score network (paper: 512)")
-    depth: int = Field(6, ge=0, description="residual blocks of the score network (paper: 6)")
+    width: int | None = Field(None, gt=0, description="hidden width of the ResNet-MLP score network; null = train.profile's (fast 256, paper 512: the paper's network)")
+    depth: int | None = Field(None, ge=0, description="residual blocks of the score network; null = train.profile's (6 in both, as the paper)")
     dropout_hidden: float = Field(0.2, ge=0, lt=1, description="dropout after the ReLU inside each residual block")
     dropout_residual: float = Field(0.1, ge=0, lt=1, description="dropout after the second Linear of each block, before the skip add")
 
@@ -243,16 +243,16 @@ class OptimConfig(Section):
         return steps
 
     def model_for(self, model: ModelConfig) -> ModelConfig:
-        """``model`` with this profile's sizes filled in for the fields the user did not set.
+        """``model`` with this profile's sizes filled in where it leaves them null (the default).
 
         >>> OptimConfig(profile="fast").model_for(ModelConfig()).width
         256
         >>> OptimConfig(profile="fast").model_for(ModelConfig(width=512)).width
         512
-        >>> OptimConfig(profile="paper").model_for(ModelConfig()).width
-        512
+        >>> OptimConfig(profile="paper").model_for(ModelConfig()).width, OptimConfig().model_for(ModelConfig()).depth
+        (512, 6)
         """
-        preset = {k: v for k, v in PROFILES[self.profile].get("model", {}).items() if k not in model.model_fields_set}
+        preset = {k: v for k, v in PROFILES[self.profile].get("model", {}).items() if getattr(model, k) is None}
         return model.model_copy(update=preset) if preset else model
 
 

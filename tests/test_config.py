@@ -1,5 +1,7 @@
 """Config loading: YAML, env overrides, strict keys, readable errors."""
 
+from pathlib import Path
+
 import pytest
 
 from offline_train.config import ConfigError, load_settings
@@ -9,7 +11,12 @@ from streamer.config import Settings
 def test_defaults_follow_the_design():
     s = load_settings(Settings)
     assert (s.sigma.base, s.sigma.c, s.sigma.trim, s.sigma.bins) == (0.5, 0.33, 0.02, 200)
-    assert (s.model.width, s.model.depth) == (512, 6)
+    assert (s.model.width, s.model.depth) == (None, None)  # the profile's: what kdsm train trains, stated once
+    assert s.train.model_for(s.model).width == 256 and s.train.model_for(s.model).depth == 6  # fast
+    # configs/default.yaml, written from these defaults, trains the same network as no config at all (it set 512
+    # explicitly, which overrode the fast profile's 256: a default file that changed the default)
+    listed = load_settings(Settings, Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+    assert listed.train.model_for(listed.model) == s.train.model_for(s.model)
     assert (s.train.lr, s.train.weight_decay, s.train.batch_size, s.train.noise_copies) == (5e-4, 5e-5, 128, 3)
     assert (s.ema.enabled, s.ema.decay, s.ema.percentile) == (True, 0.999, 80.0)
     assert s.calibration.severities == {"warning": 0.99, "critical": 0.999}
