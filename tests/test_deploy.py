@@ -17,6 +17,8 @@ import os
 import re
 import runpy
 import shlex
+import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -462,7 +464,9 @@ def test_docs_create_the_namespace_before_the_secret_and_the_secret_before_apply
     Secret starts pods that cannot read their passwords: the documented order is namespace, Secret(s), apply -k."""
     ops = (ROOT / "docs" / "operations.md").read_text()
     k8s = ops[ops.index("### Kubernetes"):]
-    for block in re.findall(r"```bash\n(.*?)```", k8s, re.S)[:2]:
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", k8s, re.S) if "create secret" in b]
+    assert len(blocks) == 2  # base/gpu, and s3
+    for block in blocks:
         lines = [line for line in block.replace("\\\n", " ").splitlines() if line.startswith("kubectl")]
         ns = next(i for i, line in enumerate(lines) if line.startswith("kubectl apply -f deploy/k8s/namespace.yaml"))
         secrets = [i for i, line in enumerate(lines) if "create secret" in line]
@@ -550,6 +554,51 @@ def test_streamer_probes_hit_the_health_endpoint_the_streamer_serves():
                 assert r.status == 200
     finally:
         server.stop()
+
+
+def test_bootstrap_job_waits_for_the_history_and_creates_its_directory(tmp_path):
+    """On a fresh PVC /var/lib/kdsm/data did not exist and the Job failed at once (no history), so the documented
+    `kubectl cp HISTORY.parquet <pod>:/var/lib/kdsm/data/train.parquet` had no directory and no running pod.
+    An init container now creates the directory and waits there for the file (or for an existing model)."""
+    job = _k8s_docs()[("Job", "kdsm-bootstrap-model")]
+    pod = _pod_spec(job)
+    (init,) = pod["initContainers"]
+    (train,) = pod["containers"]
+    assert init["name"] == "wait-for-history" and init["image"] == train["image"]
+    assert init["volumeMounts"] == [m for m in train["volumeMounts"] if m["name"] == "data"]
+    assert {v["name"] for v in pod["volumes"]} >= {m["name"] for m in init["volumeMounts"]}
+    argvs = [_parse(a) for a in _argvs_in_shell(" ".join(train["args"]))]
+    data = next(a.data for a in argvs if a.command == "train")
+    assert data == "/var/lib/kdsm/data/train.parquet"
+    skip = re.search(r"test -f (\S+) \|\|", train["args"][0]).group(1)  # the train container's "already done"
+    script = init["args"][0]
+    assert f"mkdir -p {os.path.dirname(data)}" in script and f"test -f {data}" in script and f"test -f {skip}" in script
+    # and it behaves so, in a shell, on a stand-in for the volume
+    root = tmp_path / "vol"
+    root.mkdir()
+    local = script.replace("/var/lib/kdsm", str(root)).replace("sleep 5", "sleep 0.1")
+    proc = subprocess.Popen(["/bin/sh", "-c", local])
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None and (root / "data").is_dir()  # the directory kubectl cp writes into
+        (root / "data" / "train.parquet.part").write_bytes(b"PAR1")  # the documented copy: a temporary name...
+        time.sleep(0.5)
+        assert proc.poll() is None  # ...does not start the training
+        (root / "data" / "train.parquet.part").rename(root / "data" / "train.parquet")
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # a volume that has the bootstrap model already: no wait (the train container skips)
+    again = tmp_path / "again"
+    (again / "bootstrap-model").mkdir(parents=True)
+    (again / "bootstrap-model" / "metadata.json").write_text("{}")
+    assert subprocess.run(["/bin/sh", "-c", script.replace("/var/lib/kdsm", str(again))], timeout=10).returncode == 0
+    # the documented copy targets that container, under a temporary name, then renames
+    ops = (ROOT / "docs" / "operations.md").read_text()
+    k8s = ops[ops.index("### Kubernetes"):]
+    assert f"cp HISTORY.parquet $pod:{data}.part -c wait-for-history" in k8s
+    assert f"-c wait-for-history -- mv {data}.part {data}" in k8s
 
 
 def test_retrain_cronjob():

@@ -161,6 +161,22 @@ def test_k8s_s3_variant_creates_the_bucket_its_workloads_use():
             assert uri.startswith(f"s3://{env['BUCKET']}/"), (name, uri)
     # the bootstrap Job trains into the bucket: it first waits for it, with the same image, endpoint and keys
     boot = _pod_spec(yaml.safe_load((folder / "bootstrap-s3.yaml").read_text()))
-    (wait,) = boot["initContainers"]
+    inits = {c["name"]: c for c in boot["initContainers"]}
+    # the base Job's wait for train.parquet on the shared volume is deleted (that volume is an emptyDir here,
+    # the file would never come); the strategic-merge delete names a container the base really has
+    assert inits.pop("wait-for-history") == {"name": "wait-for-history", "$patch": "delete"}
+    base_inits = [c["name"] for c in _pod_spec(_k8s_docs()[("Job", "kdsm-bootstrap-model")])["initContainers"]]
+    assert base_inits == ["wait-for-history"]
+    (wait,) = inits.values()
     assert wait["image"] == image and _aws_env(wait, secret) == env
-    assert 'aws s3api head-bucket --bucket "$BUCKET" && exit 0' in wait["args"][0] and wait["args"][0].endswith("exit 1")
+    script = wait["args"][0]
+    # the bucket, up to 5 min (60 x 5 s; then fail and let backoffLimit retry)...
+    assert script.startswith('for i in $(seq 60); do aws s3api head-bucket --bucket "$BUCKET" && break; sleep 5; done;')
+    assert 'aws s3api head-bucket --bucket "$BUCKET" || exit 1;' in script
+    # ...then, with no limit, the history the train container reads (an object under its --data prefix, not the
+    # prefix's own directory marker), unless the model it would train is there already
+    train = next(_parse(a) for a in _argvs_in_shell(boot["containers"][0]["args"][0]) if a and a[0] == "train")
+    assert train.data == f"s3://{env['BUCKET']}/history/" and train.out == f"s3://{env['BUCKET']}/bootstrap-model"
+    assert "until aws s3api head-object --bucket \"$BUCKET\" --key bootstrap-model/metadata.json" in script
+    assert "list-objects-v2 --bucket \"$BUCKET\" --prefix history/ --max-items 1" in script
+    assert "in history/?*) true;; *) false;; esac; do sleep 10; done" in script
