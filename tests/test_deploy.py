@@ -219,6 +219,22 @@ def test_kafka_cluster_id_is_a_valid_kraft_id():
     assert _kafka_cluster_id_ok(cid) and len(base64.urlsafe_b64decode(cid + "==")) == 16
 
 
+def test_deploy_secrets_and_history_are_git_ignored():
+    """deploy/.env.example and deploy/data/README.md promise that deploy/.env (the real passwords) and the
+    bootstrap history deploy/data/*.parquet are not committed by accident: .gitignore must say so."""
+    def ignored(path: str) -> bool:
+        r = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, capture_output=True, text=True)
+        if r.returncode == 128 and "not a git repository" in r.stderr:
+            pytest.skip("not a git checkout")
+        assert r.returncode in (0, 1), r.stderr
+        return r.returncode == 0
+
+    assert ignored("deploy/.env") and ignored("deploy/data/train.parquet") and ignored("deploy/data/history-2026.parquet")
+    # what must stay committed
+    for kept in ("deploy/.env.example", "deploy/data/README.md", "deploy/compose.yaml", "offline_train/bundled/cardio.parquet"):
+        assert not ignored(kept), kept
+
+
 def test_compose_kdsm_env_names_are_settings_keys_and_load():
     c = load_compose("compose.yaml", "compose.gpu.yaml")
     seen = 0
