@@ -235,6 +235,56 @@ def test_deploy_secrets_and_history_are_git_ignored():
         assert not ignored(kept), kept
 
 
+def _listeners(value: str) -> dict[str, tuple[str, int]]:
+    """KAFKA_LISTENERS / KAFKA_ADVERTISED_LISTENERS: name -> (host, port); an empty host binds every interface."""
+    out = {}
+    for item in value.split(","):
+        name, _, addr = item.partition("://")
+        host, _, port = addr.rpartition(":")
+        out[name] = (host, int(port))
+    return out
+
+
+def test_kafka_listeners_without_authentication_are_loopback_only(tmp_path):
+    """Only the SASL listener is reachable from the compose network: the PLAINTEXT ones (inter-broker BROKER,
+    KRaft CONTROLLER) bind to loopback; they were on every interface, open without a password to every container
+    of the shared network. The topic creator therefore speaks SASL to the client listener, as the streamers do."""
+    c = load_compose("compose.yaml")
+    kafka = as_env(c["services"]["kafka"]["environment"])
+    protocols = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    bound = _listeners(kafka["KAFKA_LISTENERS"])
+    assert set(bound) == set(protocols)
+    for name, (host, _) in bound.items():
+        if not protocols[name].startswith("SASL_"):
+            assert host in ("localhost", "127.0.0.1"), f"{name} ({protocols[name]}) listens on {host or 'every interface'}"
+    advertised = _listeners(kafka["KAFKA_ADVERTISED_LISTENERS"])
+    assert all(host in ("localhost", "127.0.0.1") for name, (host, _) in advertised.items() if not protocols[name].startswith("SASL_"))
+    assert kafka["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@localhost:{bound['CONTROLLER'][1]}"
+    assert kafka["KAFKA_INTER_BROKER_LISTENER_NAME"] == "BROKER"
+    assert f"--bootstrap-server localhost:{bound['BROKER'][1]}" in c["services"]["kafka"]["healthcheck"]["test"][1]
+    # every client on the network uses the SASL listener with the kdsm user and password
+    client_host, client_port = advertised["CLIENT"]
+    assert protocols["CLIENT"] == "SASL_PLAINTEXT" and "user_kdsm=\"change-me-kafka\"" in kafka["KAFKA_LISTENER_NAME_CLIENT_PLAIN_SASL_JAAS_CONFIG"]
+    assert as_env(c["services"]["streamer"]["environment"])["KDSM_KAFKA__BOOTSTRAP"] == f"{client_host}:{client_port}"
+    # the topic creator's script, run with a stand-in kafka-topics.sh that records its arguments and client config
+    svc = c["services"]["kafka-topics"]
+    assert svc["entrypoint"] == ["/bin/bash", "-c"]
+    stub = tmp_path / "kafka-topics.sh"
+    stub.write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$OUT/calls"\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = --command-config ] && cp "$2" "$OUT/client.properties"; shift; done\n')
+    stub.chmod(0o755)
+    script = svc["command"][0].replace("/opt/kafka/bin/kafka-topics.sh", str(stub)).replace("/tmp/client.properties", str(tmp_path / "cp"))
+    env = {**as_env(svc["environment"]), "OUT": str(tmp_path), "PATH": os.environ["PATH"]}
+    subprocess.run(["/bin/bash", "-c", script], env=env, check=True, timeout=30)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 4 and all(f"--bootstrap-server {client_host}:{client_port} --command-config " in call for call in calls)
+    props = dict(line.split("=", 1) for line in (tmp_path / "client.properties").read_text().splitlines())
+    assert props["security.protocol"] == "SASL_PLAINTEXT" and props["sasl.mechanism"] == "PLAIN"
+    assert props["sasl.jaas.config"] == ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                         'username="kdsm" password="change-me-kafka";')
+    assert (tmp_path / "cp").stat().st_mode & 0o077 == 0  # the password file: owner only
+
+
 def test_compose_kdsm_env_names_are_settings_keys_and_load():
     c = load_compose("compose.yaml", "compose.gpu.yaml")
     seen = 0
