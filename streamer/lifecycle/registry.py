@@ -260,7 +260,8 @@ class RegistryModelProvider:
         try:
             v = registry.current_version()
         except Exception as e:  # Redis down at start: serve the fallback, the watch thread keeps trying
-            log.warning({"event": "registry_unreachable", "error": str(e), "action": "serving the fallback model"})
+            log.warning({"event": "registry_unreachable", "error": str(e),
+                         "action": "serving the fallback model" if fallback is not None else "no fallback model to serve"})
             v = None
         if v is not None:
             try:
