@@ -77,6 +77,25 @@ def positive_float(text: str) -> float:
     return x
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number of zero or more (a window where 0 means everything).
+
+    >>> non_negative_float("0"), non_negative_float("1.5")
+    (0.0, 1.5)
+    >>> non_negative_float("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a number >= 0, got -1.0
+    """
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= x < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {x}")
+    return x
+
+
 def port_or_free(text: str) -> int:
     """A TCP port number, or 0 for a free one."""
     return 0 if _int(text, "a TCP port (1-65535) or 0 for a free one") == 0 else port(text)

@@ -162,13 +162,19 @@ def test_empty_or_missing_archive_is_a_user_error(tmp_path, tiny_model_dir, caps
         assert err.startswith("kdsm thresholds: error:") and "Traceback" not in err
 
 
-@pytest.mark.parametrize("rows", ["0", "-5"])
-def test_max_rows_must_be_positive(rows, capsys):
+@pytest.mark.parametrize("argv,says", [
+    (["thresholds", "report", "--max-rows", "0"], "expected a positive integer"),
+    (["thresholds", "report", "--max-rows", "-5"], "expected a positive integer"),
+    (["thresholds", "report", "--hours", "-1"], "expected a number >= 0"),  # 0 = every closed file; below is nothing
+    (["thresholds", "report", "--hours", "nan"], "expected a number >= 0"),
+    (["stream", "--max-events", "0"], "expected a positive integer"),  # 0 stopped the stream after its first poll
+])
+def test_counts_and_windows_that_cannot_run_are_one_usage_line(argv, says, capsys):
     """--max-rows 0 sliced the window empty and died in np.quantile with an IndexError traceback."""
     with pytest.raises(SystemExit) as e:
-        main(["thresholds", "report", "--max-rows", rows])
+        main(argv)
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "expected a positive integer" in err and "Traceback" not in err
+    assert e.value.code == 2 and says in err and "Traceback" not in err
 
 
 def test_out_must_name_a_file_that_can_be_written(tmp_path, model, tiny_model_dir, capsys):

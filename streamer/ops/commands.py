@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from offline_train.argtypes import port_or_free, positive_float, positive_int
+from offline_train.argtypes import non_negative_float, port_or_free, positive_float, positive_int
 from offline_train.config import load_settings
 
 
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                                    "Offsets are committed after the broker acknowledged every message (at least once).")
     p.add_argument("--config", help="YAML config file (env KDSM_<SECTION>__<KEY> overrides it)")
     p.add_argument("--model", help="model artifact directory (default: stream.model from the config)")
-    p.add_argument("--max-events", type=int, help="stop after this many events (default: run until SIGTERM/SIGINT)")
+    p.add_argument("--max-events", type=positive_int, help="stop after this many events (default: run until SIGTERM/SIGINT)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                    help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _stream(a, settings_cls))
@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                                    "registry.enabled, else stream.model)")
     q.add_argument("--config", help="YAML config file")
     q.add_argument("--archive", help="archive directory (default: archive.dir from the config)")
-    q.add_argument("--hours", type=float, default=24.0, help="files closed within this many hours (0 = all)")
+    q.add_argument("--hours", type=non_negative_float, default=24.0, help="files closed within this many hours (0 = all)")
     q.add_argument("--max-rows", type=positive_int, default=200_000, help="newest rows used")
     q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
     q.add_argument("--out", default="thresholds-report.png", help="PNG file to write (not a directory)")
