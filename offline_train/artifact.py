@@ -80,16 +80,18 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def check_replaceable(path: str | os.PathLike) -> None:
+def check_replaceable(path: str | os.PathLike, name: str | None = None, advice: str = "refusing to replace it") -> None:
     """Refuse a local ``path`` that writing an artifact there would destroy: a file, or a directory that holds
-    anything but is no artifact (no ``metadata.json``). New, empty, or an artifact: fine."""
+    anything but is no artifact (no ``metadata.json``). New, empty, or an artifact: fine. The message names the
+    path as ``name`` (default: the path) and ends with ``advice``."""
     path = Path(path)
+    name = name or str(path)
     if not path.exists():
         return
     if not path.is_dir():
-        raise ArtifactError(f"{path} is a file, not an artifact directory: refusing to replace it")
+        raise ArtifactError(f"{name} is a file, not an artifact directory: {advice}")
     if not (path / METADATA).is_file() and any(path.iterdir()):
-        raise ArtifactError(f"{path} is a directory that holds other files, not a model artifact: refusing to replace it")
+        raise ArtifactError(f"{name} is a directory that holds other files, not a model artifact: {advice}")
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from . import storage
-from .artifact import METADATA, ArtifactError, publish_artifact
+from .artifact import METADATA, ArtifactError, check_replaceable, publish_artifact
 from .config import TrainSettings
 from .data import DataError, ParquetSource, _dataset, resolve_paths, spec_columns, unreadable
 from .detector import KDSM
@@ -48,14 +48,9 @@ def check_output(out, force: bool = False) -> Path:
             raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
         return out
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ArtifactError(f"--out {out} is a file, not an artifact directory: choose another path")
-    if out.is_dir() and any(out.iterdir()):
-        if not (out / METADATA).is_file():
-            raise ArtifactError(f"--out {out} is a directory that holds other files, not a model artifact: "
-                                "choose a new or empty directory")
-        if not force:
-            raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
+    check_replaceable(out, f"--out {out}", "choose a new or empty directory")  # what writing the artifact would refuse
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
     parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
     if not os.access(parent, os.W_OK):
         raise PermissionError(f"--out {out}: {parent} is not writable")
