@@ -169,10 +169,9 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
         inputs = spec_columns(dataset.schema, enc.specs)
     passthrough = [c for c in ("id", "ts", "label") if c in names]
     out_fs, out_path = storage.resolve(out)
+    storage.check_output_file(out, "Parquet", "scored.parquet")
     if storage.is_remote(out):
         storage.check_bucket(out)  # before any scoring; the object appears whole when the writer closes
-    elif Path(out_path).is_dir():
-        raise DataError(f"--out {out} is a directory; name the Parquet file to write")
     else:
         try:
             Path(out_path).parent.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,25 @@ def is_remote(location) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def check_output_file(out, kind: str, example: str) -> None:
+    """Refuse, before any work, a local ``--out`` file that cannot be written: a directory, or a path under a file.
+    ``kind`` and ``example`` name the file the command writes (an object-store ``out`` is checked by its bucket).
+
+    >>> check_output_file("/", "PNG", "report.png")
+    Traceback (most recent call last):
+    ...
+    offline_train.storage.StorageError: --out / is a directory: name the PNG file, e.g. /report.png
+    """
+    if is_remote(out):
+        return
+    out = Path(out)
+    if out.is_dir():
+        raise StorageError(f"--out {out} is a directory: name the {kind} file, e.g. {out / example}")
+    above = next((d for d in out.parents if d.exists()), None)  # the nearest existing folder above it
+    if above is not None and not above.is_dir():
+        raise StorageError(f"--out {out}: {above} is a file, not a directory: cannot write under it")
+
+
 def as_location(where) -> str | Path:
     """How code keeps a location: a URI stays a string (``Path("s3://b/m")`` would fold it to ``s3:/b/m``), a local
     path becomes a ``Path``."""

@@ -257,23 +257,6 @@ def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out
     return out
 
 
-def check_out(out: str | Path) -> Path:
-    """``--out`` as a path a PNG can be written to, checked before any work: not a directory, not under a file.
-
-    >>> check_out("/")
-    Traceback (most recent call last):
-    ...
-    streamer.ops.threshold_report.ReportError: --out / is a directory: name the PNG file, e.g. /thresholds-report.png
-    """
-    out = Path(out)
-    if out.is_dir():
-        raise ReportError(f"--out {out} is a directory: name the PNG file, e.g. {out / 'thresholds-report.png'}")
-    above = next((d for d in out.parents if d.exists()), None)  # the nearest existing folder above it
-    if above is not None and not above.is_dir():
-        raise ReportError(f"--out {out}: {above} is a file, not a directory")
-    return out
-
-
 def format_table(report: Report) -> str:
     w = report.window
     lines = [f"model {report.version}; window {w['rows']} events from {w['files']} file(s), {w['first']} .. {w['last']}"
@@ -299,7 +282,7 @@ def run(a, settings_cls) -> int:
     from offline_train.detector import KDSM
 
     s = load_settings(settings_cls, a.config)
-    check_out(a.out)
+    storage.check_output_file(a.out, "PNG", "thresholds-report.png")
     model_dir = a.model or serving_model_dir(s)
     archive_dir = a.archive or s.archive.dir
     if not archive_dir:
