@@ -66,12 +66,16 @@ def port(text: str) -> int:
     return n
 
 
+def _float(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
 def positive_float(text: str) -> float:
     """A finite number above zero (a rate, a duration)."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    x = _float(text, "a positive number")
     if not 0 < x < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {x}")
     return x
@@ -87,10 +91,7 @@ def non_negative_float(text: str) -> float:
     ...
     argparse.ArgumentTypeError: expected a number >= 0, got -1.0
     """
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    x = _float(text, "a number >= 0")
     if not 0 <= x < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {x}")
     return x
@@ -103,10 +104,7 @@ def port_or_free(text: str) -> int:
 
 def share(text: str) -> float:
     """A fraction above zero and at most one (a share of events)."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {text!r}") from None
+    x = _float(text, "a share in (0, 1]")
     if not 0 < x <= 1:
         raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {x}")
     return x
