@@ -75,8 +75,9 @@ def stop_on_sigterm() -> None:
 
 def remove_scratch(tmp: Path) -> None:
     """For a bench's ``finally``: its temp folder (broker state, models, child logs) goes after a run that ended
-    well; after a failure it stays, named on stderr, for its logs."""
-    if sys.exc_info()[0] is None:
+    well; after a failure it stays, named on stderr, for its logs (unless it holds nothing: an external broker's run
+    that failed before writing anything)."""
+    if sys.exc_info()[0] is None or not any(tmp.iterdir()):
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         print(f"kdsm bench: kept {tmp} (the failed run's broker state and logs)", file=sys.stderr)
