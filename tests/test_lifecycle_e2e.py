@@ -100,7 +100,6 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
     blocking = redis.Redis.from_url(redis_url, decode_responses=True)
     results = []
     watcher = threading.Thread(target=lambda: results.extend(watch(s, reg, blocking, stop=stop, max_runs=1)), daemon=True)
-    watcher.start()
     providers = [st.app.provider for st in fleet]
     try:
         assert all(p.current().version_ == v0 for p in providers)
@@ -115,13 +114,23 @@ def test_shift_drift_retrain_swap_rollback(kafka_bootstrap, redis_url, unique, t
         assert wait_for(lambda: reg.r.xlen(reg.keys.drift) >= 1, timeout=40), "no drift event"
         drift = json.loads(reg.r.xrange(reg.keys.drift)[0][1]["event"])
         assert drift["model_version"] == v0 and drift["statistics"]["alert_rate"] > 3 * drift["statistics"]["calibrated_alert_rate"]
+        # The watcher starts once every row sent is in a closed archive file (its consumer group reads the request
+        # stream from the start, so the drift's request waits for it): the window is then the new regime's files
+        # whatever the machine's speed. Started at once, a slow machine's window could be filled up with the old
+        # regime's rows, as above.
+        assert wait_for(lambda: collect.distinct() >= n_sent, timeout=60)
+        assert wait_for(lambda: sum(pq.ParquetFile(f).metadata.num_rows for f in closed_files(s.archive.dir)) >= n_sent,
+                        timeout=30)
+        watcher.start()
         # The watcher retrains on the archive, the gate passes, the new version is promoted.
-        watcher.join(timeout=90)
+        watcher.join(timeout=120)
         assert results and results[0].status == "promoted", results and results[0].to_dict()
         v1 = results[0].version
         gate = reg.get(v1)["gate"]
-        print("retrain window:", reg.get(v1)["data_window"])
-        assert gate["passed"] and reg.get(v1)["data_window"]["usable_rows"] >= 500
+        window = reg.get(v1)["data_window"]
+        assert gate["passed"] and window["usable_rows"] >= 500
+        ids = pa.concat_tables([pq.read_table(f, columns=["id"]) for f in window["files"]]).column("id").to_pylist()
+        assert ids and all(i.startswith("b") for i in ids), "the retrain window holds rows of the old regime"
         # Running streamers switch between batches.
         assert all(p.wait_for(v1, timeout=15) for p in providers), "a streamer did not swap"
         assert reg.r.xlen(reg.keys.drift) == 1  # one shift seen by two streamers: one event (fleet cooldown)
