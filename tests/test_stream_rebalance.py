@@ -1,7 +1,7 @@
 """Streamers join and leave a group while events flow: revocations with batches in flight drain and commit.
 
 Three ``kdsm stream`` processes on 4 partitions; the second and third join
-while a paced producer sends a few thousand events per second, then leave
+while a paced producer sends about a thousand events per second, then leave
 (SIGTERM). The producer keeps sending until the last membership change is
 over, however long the joins take, so every revocation comes while events
 flow. Every event sent must alert (warning threshold 0), judged by its first
@@ -29,7 +29,7 @@ from streamer.lifecycle.thresholds import ThresholdStore
 
 pytestmark = pytest.mark.integration
 
-N_MAX = 240000  # ~2400/s for up to ~100 s; the producer is stopped once the streamers have joined and left
+N_MAX = 240000  # ~1200/s for up to ~200 s; the producer is stopped once the streamers have joined and left
 PARTITIONS = 4
 
 
@@ -54,7 +54,9 @@ def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, r
     # Batches gather for up to two seconds, so a revocation (it comes inside a poll) nearly always finds records
     # gathered or a batch in flight: the case to test. With half-second batches a streamer that keeps up often
     # met its revocations between batches, with nothing to drain, and a loaded CI run once met none that way.
-    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=20000, max_wait_ms=2000,
+    # Every event alerts and is explained (about 0.5 ms of CPU a row here): ~1200 events/s leaves a slower CI's
+    # single streamer room to keep up, and max_batch bounds what a SIGTERM must drain within its 30 s.
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=5000, max_wait_ms=2000,
                       max_in_flight=2, fetch_process=fetch_process)
     create_topics(s, partitions=PARTITIONS)
     ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
@@ -70,15 +72,18 @@ def test_streamers_join_and_leave_while_events_flow(tmp_path, kafka_bootstrap, r
     try:
         procs["a"] = _start(str(cfg), str(tiny_model_dir), files[0])
         assert _wait_log(logs[0], '"event": "partitions_assigned"', 1), _log_tail(logs)
-        producer = threading.Thread(target=produce_paced, args=(s, values, 240, 0.1, stop, sent))  # ~2400 events/s
+        producer = threading.Thread(target=produce_paced, args=(s, values, 120, 0.1, stop, sent))  # ~1200 events/s
         producer.start()
 
         def seen() -> int:
             return len({a["event_id"] for a in alerts.poll()})
 
         def wait_seen(n: int, timeout: float = 60) -> None:
-            deadline = time.monotonic() + timeout
-            while seen() < n and time.monotonic() < deadline:
+            # The deadline moves on while alerts keep arriving: a slow machine still catching up is not a failure.
+            deadline, last = time.monotonic() + timeout, -1
+            while (now := seen()) < n and time.monotonic() < deadline:
+                if now > last:
+                    deadline, last = max(deadline, time.monotonic() + 20), now
                 time.sleep(0.05)  # leave the cores to the streamers
 
         # Each change of membership lands while events flow and batches are in flight.
