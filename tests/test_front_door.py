@@ -236,15 +236,30 @@ def test_every_option_has_help_with_its_default_and_no_description_is_cut_off():
     assert "(target >= 0.9)." in " ".join(r.stdout.split())
 
 
-@pytest.mark.parametrize("delay", [0.3, 1.5, 3.0])
+def _loads_pydantic(pid: int) -> bool:
+    """True once the process has mapped pydantic's compiled core: ``main`` imports pydantic inside its handler."""
+    try:
+        return "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("delay", ["parser", 1.5, 3.0])
 def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path, delay):
     """Ctrl-C in the first seconds, while `kdsm bench` still imports (the benches load torch), ends in one line with
-    status 130, as it does once the command runs; before, it printed a KeyboardInterrupt traceback."""
+    status 130, as it does once the command runs; before, it printed a KeyboardInterrupt traceback. "parser" signals
+    as soon as ``main`` builds its parser (a fixed 0.3 s could land before the interpreter reached ``main`` on a
+    loaded machine: a Ctrl-C during Python's own start-up is Python's to report)."""
     e = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, "-m", "streamer", "bench", "adbench", "--data-dir", str(tmp_path), "--out",
                           str(tmp_path / "o")], env=e, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(delay)
+    if delay == "parser":
+        deadline = time.monotonic() + 30
+        while not _loads_pydantic(p.pid) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+    else:
+        time.sleep(delay)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=60)
     if "error: no .npz files" in err:  # a fast machine got as far as the empty data folder: the command's own error,
@@ -252,3 +267,60 @@ def test_ctrl_c_while_the_command_loads_is_one_line(tmp_path, delay):
         assert p.returncode in (2, -signal.SIGINT) and err.count("\n") == 1 and "Traceback" not in err, err
         return
     assert p.returncode == 130 and err in ("kdsm: interrupted\n", "kdsm bench: interrupted\n"), err
+
+
+class _Panic(BaseException):
+    """Stands for pyo3's ``PanicException``: what a Rust extension raises when a Ctrl-C broke its initialisation."""
+
+
+def _parser_running(func):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="kdsm")
+    p.add_argument("command")
+    p.set_defaults(func=func)
+    return p
+
+
+def test_an_error_that_follows_a_ctrl_c_is_the_interrupt(monkeypatch, capsys):
+    """A Ctrl-C inside an extension's import surfaces as its own exception, not KeyboardInterrupt: still one line,
+    status 130. An error of that kind with no Ctrl-C before it is not hidden."""
+    from streamer.ops import cli
+
+    def interrupted_import(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler raises at the next bytecode
+        except KeyboardInterrupt as e:
+            raise _Panic("failed to import the datetime C API") from e
+
+    monkeypatch.setattr(cli, "build_parser", lambda benches: _parser_running(interrupted_import))
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err == "kdsm train: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # main put Python's handler back
+
+    def panics(args):
+        raise _Panic("a real bug")
+
+    monkeypatch.setattr(cli, "build_parser", lambda benches: _parser_running(panics))
+    with pytest.raises(_Panic):
+        cli.main(["train"])
+
+
+def test_a_ctrl_c_while_the_parser_loads_waits_for_the_imports(monkeypatch, capsys):
+    """A Ctrl-C while the parser's modules import is noted and raised once they are in: the import itself is never
+    broken (the Rust panic hook would print its own lines), the command does not run, and the answer is one line."""
+    from streamer.ops import cli
+
+    ran, imported = [], []
+
+    def loading(benches):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        imported.append(True)  # reached: the signal did not break the "import"
+        return _parser_running(lambda args: ran.append(True))
+
+    monkeypatch.setattr(cli, "build_parser", loading)
+    assert cli.main(["bench"]) == 130
+    assert imported and not ran
+    assert capsys.readouterr().err == "kdsm bench: interrupted\n"

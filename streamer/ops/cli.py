@@ -11,8 +11,10 @@ them, so ``kdsm --help`` answers at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 
 # The project's own modules are imported inside the functions below, so a Ctrl-C while they load is one line from
@@ -119,24 +121,66 @@ def _stdout_closed() -> int:
     return 141
 
 
+class _Interrupts:
+    """Notes a Ctrl-C as it raises ``KeyboardInterrupt`` (what Python's own handler does), so ``main`` knows an error
+    that followed one came from it: a Ctrl-C that lands while a Rust extension (pydantic's core) initialises makes
+    it panic, and the panic (a ``BaseException``, not a ``KeyboardInterrupt``) would print a traceback."""
+
+    def __init__(self):
+        self.seen, self.previous, self._defer = False, None, False
+
+    def __enter__(self) -> _Interrupts:
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread (main() called in a thread): Python's handler stays
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Within: a Ctrl-C is only noted, and raised on the way out. For the parser's imports, so none lands inside
+        an extension's initialisation: the Rust panic hook would print its own lines before any handler runs."""
+        self._defer = True
+        try:
+            yield
+        finally:
+            self._defer = False
+        if self.seen:
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, signum, frame):
+        self.seen = True
+        if not self._defer:
+            raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return _main(argv)
-    except BrokenPipeError:
-        return _stdout_closed()
-    except KeyboardInterrupt:  # while the commands load (the benches: torch, seconds) or while one runs
-        print(f"kdsm {argv[0]}: interrupted" if argv and not argv[0].startswith("-") else "kdsm: interrupted",
-              file=sys.stderr)
-        # A Ctrl-C that met code run by ``PyRun_String`` (torch runs some while it imports) leaves CPython's
-        # "unhandled KeyboardInterrupt" flag set, even once handled, and the interpreter would then end by SIGINT
-        # (status -2) instead of 130. Compiling and running a string resets that flag.
-        exec("")  # noqa: S102 - the reset; nothing is run
-        return 130
+    with _Interrupts() as interrupts:
+        try:
+            with interrupts.deferred():  # the imports: torch for the benches (seconds), pydantic for the settings
+                parser = build_parser(benches=bool(argv) and argv[0] == "bench")
+            return _main(parser, argv)
+        except BrokenPipeError:
+            return _stdout_closed()
+        except BaseException as e:  # while the commands load (the benches: torch, seconds) or while one runs
+            if not (isinstance(e, KeyboardInterrupt) or interrupts.seen):
+                raise
+            print(f"kdsm {argv[0]}: interrupted" if argv and not argv[0].startswith("-") else "kdsm: interrupted",
+                  file=sys.stderr)
+            # A Ctrl-C that met code run by ``PyRun_String`` (torch runs some while it imports) leaves CPython's
+            # "unhandled KeyboardInterrupt" flag set, even once handled, and the interpreter would then end by SIGINT
+            # (status -2) instead of 130. Compiling and running a string resets that flag.
+            exec("")  # noqa: S102 - the reset; nothing is run
+            return 130
 
 
-def _main(argv: list[str]) -> int:
-    args = build_parser(benches=bool(argv) and argv[0] == "bench").parse_args(argv)
+def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    args = parser.parse_args(argv)
     # kafka-python logs every failed connection attempt; without a handler Python would print them all on
     # stderr. Commands that set up logging route them to the JSON log (streamer.pipeline.logs).
     kafka_log = logging.getLogger("kafka")
