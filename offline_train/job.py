@@ -6,6 +6,7 @@ Also batch scoring of a Parquet file with a saved artifact.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -127,11 +128,12 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     return summary
 
 
-def _masked(values: np.ndarray, ok: np.ndarray, fill) -> pa.Array:
-    """``values`` (one per valid row) spread over every row, null where a row was invalid."""
+def _masked(values: np.ndarray, ok: np.ndarray, fill, type: pa.DataType) -> pa.Array:
+    """``values`` (one per valid row) spread over every row, null where a row was invalid; always of ``type`` (a batch
+    without a valid row would otherwise be a column of the null type, which the file's schema refuses)."""
     full = np.full(len(ok), fill, dtype=values.dtype)
     full[ok] = values
-    return pa.array(full.tolist() if values.dtype == object else full, mask=~ok)
+    return pa.array(full.tolist() if values.dtype == object else full, mask=~ok, type=type)
 
 
 def _numeric(t: pa.DataType) -> bool:
@@ -150,10 +152,34 @@ def _next_batch(batches) -> pa.RecordBatch | None:
         raise unreadable(e) from None
 
 
+def _data_dirs(data, files: list) -> list:
+    """The directories (local) or prefixes (object store) that ``--data`` names (``files``: what it resolved to):
+    a later run would read a file written under them."""
+    if isinstance(data, list):
+        return [d for spec in data for d in _data_dirs(spec, files)]
+    text = str(data)
+    if any(ch in text for ch in "*?["):
+        return []
+    if storage.is_remote(text):
+        return [] if text in map(str, files) else [text]
+    return [text] if Path(text).is_dir() else []
+
+
 def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
-    """Score every row of Parquet ``data``; rows with bad features get a null score and ``invalid`` severity."""
-    det = KDSM.load(model)
+    """Score every row of Parquet ``data``; rows with bad features get a null score and ``invalid`` severity.
+
+    ``out`` is refused before any work where it would destroy an input (one of the data files, inside the --data
+    directory or the model's); it is written under a temporary name beside it and renamed over ``out`` only when
+    complete (an object-store ``out``: written locally, then uploaded as one object), so a failure leaves what was
+    there before.
+    """
     files = resolve_paths(data)
+    why = "a later run would read it as input; name a file elsewhere"
+    storage.check_output_file(out, "Parquet", "scored.parquet", inputs=files,
+                              outside=[*((d, "the --data directory", why) for d in _data_dirs(data, files)),
+                                       (model, "the model directory (--model)",
+                                        "writing there would corrupt the model; name a file elsewhere")])
+    det = KDSM.load(model)
     dataset = _dataset(files)
     names = dataset.schema.names
     enc = det.features_
@@ -168,18 +194,32 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
     else:  # the spec's policies decide, as in training: an absent impute/zero column reads as all null
         inputs = spec_columns(dataset.schema, enc.specs)
     passthrough = [c for c in ("id", "ts", "label") if c in names]
+    # The output's schema, fixed before the first batch: every batch writes it, a batch without a scored row too.
+    parts = det.score_parts(np.zeros((0, det.n_features_in_))).by_name() or {}
+    schema = pa.schema([dataset.schema.field(c).remove_metadata() for c in passthrough]
+                       + [pa.field("score", pa.float64()), pa.field("p_value", pa.float64()),
+                          pa.field("severity", pa.string())]
+                       + [pa.field(f"score_{name}", pa.float64()) for name in parts]
+                       + ([pa.field("leading_part", pa.string())] if parts else []))
     out_fs, out_path = storage.resolve(out)
-    storage.check_output_file(out, "Parquet", "scored.parquet")
-    if storage.is_remote(out):
-        storage.check_bucket(out)  # before any scoring; the object appears whole when the writer closes
+    remote = storage.is_remote(out)
+    if remote:
+        storage.check_bucket(out)  # before any scoring
+        tmp_dir = tempfile.mkdtemp(prefix="kdsm-score-")
+        tmp = os.path.join(tmp_dir, "scored.parquet")
     else:
         try:
             Path(out_path).parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DataError(f"cannot write {out}: {e}") from None
-    writer, counts = None, {"rows": 0, "invalid": 0}
+        tmp_dir, tmp = None, os.path.join(os.path.dirname(out_path), f".{os.path.basename(out_path)}.tmp-{os.getpid()}")
+    writer, counts, done = None, {"rows": 0, "invalid": 0}, False
     batches = dataset.to_batches(columns=list(dict.fromkeys(passthrough + inputs)), batch_size=batch_rows)
     try:
+        try:
+            writer = pq.ParquetWriter(tmp, schema)
+        except OSError as e:
+            raise DataError(f"cannot write {out}: {e}") from None
         while (rb := _next_batch(batches)) is not None:
             if enc is None:
                 X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
@@ -189,32 +229,54 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
                 encoded = enc.encode_arrow(rb)
                 X, ok = encoded.X, np.ones(rb.num_rows, bool)
                 ok[list(encoded.reasons)] = False
-            parts = det.score_parts(X[ok])
+            scored = det.score_parts(X[ok])
             scores = np.full(len(X), np.nan)
-            scores[ok] = parts.scores
+            scores[ok] = scored.scores
             sev = det.severity(np.where(ok, scores, -np.inf)).astype(object)  # str would size to the longest name: "invalid" cut to "i"
             sev[~ok] = "invalid"
-            cols = {c: rb.column(c) for c in passthrough}
-            cols["score"] = pa.array(scores, mask=~ok)
-            cols["p_value"] = pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok)
-            cols["severity"] = pa.array(sev)
-            named = parts.by_name()
+            cols = [rb.column(c).cast(schema.field(c).type) for c in passthrough]
+            cols += [pa.array(scores, mask=~ok, type=pa.float64()),
+                     pa.array(det.p_values(np.where(ok, scores, 0)), mask=~ok, type=pa.float64()),
+                     pa.array(sev, type=pa.string())]
+            named = scored.by_name()
             if named is not None:  # the blend: each part, and the one the score equals, as alerts carry them
-                for name, values in named.items():
-                    cols[f"score_{name}"] = _masked(values, ok, np.nan)
-                cols["leading_part"] = _masked(det.blend_.leading(*named.values()), ok, None)
-            table = pa.table(cols)
+                cols += [_masked(values, ok, np.nan, pa.float64()) for values in named.values()]
+                cols.append(_masked(det.blend_.leading(*named.values()), ok, None, pa.string()))
             try:
-                writer = writer or pq.ParquetWriter(out_path, table.schema, filesystem=out_fs)
-                writer.write_table(table)
+                writer.write_table(pa.Table.from_arrays(cols, schema=schema))
             except OSError as e:
                 raise DataError(f"cannot write {out}: {e}") from None
             counts["rows"] += len(X)
             counts["invalid"] += int((~ok).sum())
-    finally:
-        if writer:
+        if counts["rows"] == 0:
+            raise DataError(f"no rows in {data}")
+        try:
             writer.close()
-    if counts["rows"] == 0:
-        raise DataError(f"no rows in {data}")
+        except OSError as e:
+            raise DataError(f"cannot write {out}: {e}") from None
+        writer = None
+        if remote:  # one object, whole or not at all
+            with storage.guard(out):
+                storage.pafs.copy_files(tmp, out_path, source_filesystem=storage.pafs.LocalFileSystem(),
+                                        destination_filesystem=out_fs)
+        else:
+            try:
+                os.replace(tmp, out_path)
+            except OSError as e:
+                raise DataError(f"cannot write {out}: {e}") from None
+        done = True
+    finally:
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
+        if tmp_dir is not None:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        elif not done:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     log(f"scored {counts['rows']} rows ({counts['invalid']} invalid) with model {det.version_} -> {out}")
     return counts

@@ -79,15 +79,31 @@ def is_remote(location) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
-def check_output_file(out, kind: str, example: str) -> None:
+def check_output_file(out, kind: str, example: str, inputs=(), outside=()) -> None:
     """Refuse, before any work, a local ``--out`` file that cannot be written: a directory, or a path under a file.
     ``kind`` and ``example`` name the file the command writes (an object-store ``out`` is checked by its bucket).
+
+    Nor may ``out`` destroy what the command reads: it may be none of ``inputs`` (the files read), nor lie inside
+    any directory of ``outside``, ``(location, what it is, why not)`` triples (a model artifact, a data directory
+    a later run would read it from). Local paths are compared resolved (links, ``..``), object-store ones as strings.
 
     >>> check_output_file("/", "PNG", "report.png")
     Traceback (most recent call last):
     ...
     offline_train.storage.StorageError: --out / is a directory: name the PNG file, e.g. /report.png
+    >>> check_output_file("s3://b/m/x.parquet", "Parquet", "x.parquet", outside=[("s3://b/m/", "the model", "no")])
+    Traceback (most recent call last):
+    ...
+    offline_train.storage.StorageError: --out s3://b/m/x.parquet is inside the model s3://b/m/: no
     """
+    target = _comparable(out) if inputs or outside else None
+    if any(_comparable(f) == target for f in inputs):
+        raise StorageError(f"--out {out} is one of the input files (--data): writing it would destroy the data "
+                           f"being read; name another {kind} file")
+    for where, what, why in outside:
+        place = _comparable(where)
+        if target == place or (target[0] == place[0] and target[1].startswith(place[1].rstrip("/") + "/")):
+            raise StorageError(f"--out {out} is inside {what} {where}: {why}")
     if is_remote(out):
         return
     out = Path(out)
@@ -96,6 +112,17 @@ def check_output_file(out, kind: str, example: str) -> None:
     above = next((d for d in out.parents if d.exists()), None)  # the nearest existing folder above it
     if above is not None and not above.is_dir():
         raise StorageError(f"--out {out}: {above} is a file, not a directory: cannot write under it")
+
+
+def _comparable(location) -> tuple[bool, str]:
+    """``location`` as ``check_output_file`` compares it: a local path resolved, a URI as its string."""
+    if is_remote(location):
+        return True, str(location).rstrip("/")
+    text = str(location)
+    try:
+        return False, str(Path(urlsplit(text).path if text.startswith("file://") else text).resolve())
+    except (OSError, RuntimeError):  # a symlink loop: compare it as written
+        return False, os.path.abspath(text)
 
 
 def as_location(where) -> str | Path:

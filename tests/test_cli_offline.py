@@ -236,3 +236,86 @@ def test_method_trains_a_published_method_by_name(small_parquet, tiny_config, tm
     trained = {k: v for k, v in kdsm.get_params().items() if k in ("sigma", "ema", "refine", "score")}
     assert trained == {k: v for k, v in make_kdsm("kdsm", Settings(), seed=0).get_params().items() if k in trained}
     assert trained == {k: getattr(clean, k) for k in trained}
+
+
+def _score_refused(capsys, model, data, out) -> str:
+    """``kdsm score`` exits 2 with one line on stderr and no traceback; that line."""
+    assert main(["score", "--model", str(model), "--data", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_score_refuses_an_out_that_is_its_own_input(tiny_model_dir, tmp_path, capsys):
+    """--out equal to the --data file (or under the --data directory) exited 0 and overwrote the data it read."""
+    names = [f"f{j}" for j in range(6)]
+    data = tmp_path / "in" / "in.parquet"
+    data.parent.mkdir()
+    pq.write_table(pa.table({n: np.linspace(0, 1, 50) for n in names}), data)
+    before = data.read_bytes()
+    assert "is one of the input files" in _score_refused(capsys, tiny_model_dir, data, data)
+    # The same file spelt another way, or matched by a glob, or anything under the --data directory.
+    assert "is one of the input files" in _score_refused(capsys, tiny_model_dir, data, data.parent / ".." / "in" / "in.parquet")
+    assert "is one of the input files" in _score_refused(capsys, tiny_model_dir, tmp_path / "in" / "*.parquet", data)
+    assert "the --data directory" in _score_refused(capsys, tiny_model_dir, data.parent, data.parent / "s" / "x.parquet")
+    assert data.read_bytes() == before and sorted(p.name for p in data.parent.iterdir()) == ["in.parquet"]
+
+
+def test_score_refuses_an_out_inside_the_model_directory(tiny_model_dir, small_parquet, tmp_path, capsys):
+    """--out m/weights.safetensors exited 0 and wrote Parquet over the weights (checksum mismatch on the next load)."""
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "m"))  # a copy: the session's model is shared
+    for out in (model / "weights.safetensors", model / "report" / "scored.parquet"):
+        assert "inside the model directory" in _score_refused(capsys, model, small_parquet, out)
+    assert not (model / "report").exists()
+    assert KDSM.load(model).feature_names_ == [f"f{j}" for j in range(6)]
+
+
+def test_score_writes_every_row_when_a_row_group_has_no_scorable_row(tiny_model_dir, tmp_path, capsys):
+    """A second row group with f0 all null made a batch of null-typed columns (leading_part: null vs. string): a
+    ValueError traceback, and --out cut short to the first batch's rows."""
+    names = [f"f{j}" for j in range(6)]
+    first = pa.table({"id": np.arange(40), **{n: np.linspace(0, 1, 40) for n in names}})
+    second = pa.table({"id": np.arange(40, 70), **{n: np.linspace(0, 1, 30) for n in names}})
+    second = second.set_column(1, "f0", pa.nulls(30, pa.float64()))
+    data = tmp_path / "twogroups.parquet"
+    with pq.ParquetWriter(data, first.schema) as w:
+        w.write_table(first)
+        w.write_table(second)
+    assert pq.ParquetFile(data).metadata.num_row_groups == 2
+    out = tmp_path / "tg.parquet"
+    assert main(["score", "--model", str(tiny_model_dir), "--data", str(data), "--out", str(out)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    t = pq.read_table(out)
+    assert t.column("id").to_pylist() == list(range(70))
+    assert t.schema.field("leading_part").type == pa.string()
+    for name in ("score", "p_value", "score_network", "score_isolation", "score_knn", "leading_part"):
+        assert t.column(name).slice(0, 40).null_count == 0 and t.column(name).slice(40).null_count == 30, name
+    assert t.column("severity").to_pylist()[40:] == ["invalid"] * 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tg.parquet", "twogroups.parquet"]  # no temp file left
+
+
+def test_score_failing_midway_leaves_the_old_out_untouched(tiny_model_dir, small_parquet, tmp_path, monkeypatch):
+    """--out was written in place: a failure after the first batch left it holding that batch alone."""
+    from offline_train import job
+    from offline_train.data import DataError
+
+    out = tmp_path / "scored.parquet"
+    out.write_bytes(b"the previous run's scores")
+    real, calls = job._next_batch, []
+
+    def fail_second(batches):
+        calls.append(1)
+        if len(calls) == 2:
+            raise DataError("cannot read Parquet data: provoked")
+        return real(batches)
+
+    monkeypatch.setattr(job, "_next_batch", fail_second)
+    with pytest.raises(DataError, match="provoked"):
+        job.score_job(tiny_model_dir, small_parquet, out, batch_rows=100, log=lambda _: None)
+    assert len(calls) == 2 and out.read_bytes() == b"the previous run's scores"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.parquet", "scored.parquet"]  # no temp file left
+    monkeypatch.setattr(job, "_next_batch", real)
+    assert job.score_job(tiny_model_dir, small_parquet, out, batch_rows=100, log=lambda _: None)["rows"] == 515
+    assert pq.read_table(out).num_rows == 515
