@@ -43,7 +43,9 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # No NaN or infinity in any number of the config: an infinite learning rate trained a NaN network that was saved
+    # over a good model, and a NaN clip bound crashed the scaler.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(Section):
@@ -54,7 +56,7 @@ class DataConfig(Section):
     timestamp_column: str = Field("ts", description="Parquet column holding the event time (kept out of the features)")
     label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
     batch_rows: int = Field(65536, gt=0, description="Parquet record-batch size while streaming")
-    max_train_rows: int = Field(200_000, gt=0, description="cap on rows held in memory for SGD (uniform sample)")
+    max_train_rows: int = Field(200_000, ge=2, description="cap on rows held in memory for SGD (uniform sample); at least 2")
     max_skipped_fraction: float = Field(0.25, ge=0, le=1, description="fail training when more than this fraction of the rows has a missing or non-finite feature (such rows are skipped)")
     scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
     engine: Literal["local", "dask"] = Field("local", description="where the statistics passes (moments, sigmas) run: local = this process, streaming record batches; dask = one task per partition on a Dask cluster")
@@ -90,6 +92,9 @@ class FeatureSpec(Section):
     def _options_fit_type(self) -> FeatureSpec:
         if self.type != "numeric" and (self.log1p or self.clip is not None):
             raise ValueError(f"feature {self.name!r}: log1p and clip apply to numeric features only")
+        if self.clip is not None and None not in self.clip and self.clip[0] > self.clip[1]:
+            raise ValueError(f"feature {self.name!r}: clip [{self.clip[0]:g}, {self.clip[1]:g}] has its low bound above "
+                             "its high bound")
         if self.type != "categorical" and self.encoding != "auto":
             raise ValueError(f"feature {self.name!r}: encoding applies to categorical features only")
         return self
@@ -263,12 +268,14 @@ class CalibrationConfig(Section):
     """Held-out calibration slice and named severities (DESIGN 3.7)."""
 
     holdout: float = Field(0.2, ge=0, lt=1, description="fraction of the training window kept out of training; 0 = calibrate in-sample (benchmarks)")
-    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999}, description="severity name -> quantile of the calibration scores that is its threshold; syslog's names rise in their order (debug < info < notice < warning < error < critical < alert < emergency)")
+    severities: dict[str, float] = Field(default_factory=lambda: {"warning": 0.99, "critical": 0.999}, min_length=1, description="severity name -> quantile of the calibration scores that is its threshold; syslog's names rise in their order (debug < info < notice < warning < error < critical < alert < emergency)")
     top_features: int = Field(5, gt=0, description="features listed in an explanation")
 
     @model_validator(mode="after")
     def _quantiles_valid(self, info: ValidationInfo) -> CalibrationConfig:
         for name, q in self.severities.items():
+            if not name.strip():
+                raise ValueError("a severity needs a name")
             if not 0 < q < 1:
                 raise ValueError(f"severity {name!r}: quantile {q} is not in (0, 1)")
         if (info.context or {}).get("artifact"):  # an artifact trained before this rule still loads as it was

@@ -135,9 +135,18 @@ def test_metrics_port_is_a_port(monkeypatch):
     ("calibration:\n  severities: {warning: 0.999, critical: 0.99}\n",
      "calibration: Value error, severity 'critical' (quantile 0.99) must be above 'warning' (0.999)"),
     ("calibration:\n  severities: {critical: 0.99, notice: 0.95, error: 0.95}\n",
-     "severity 'error' (quantile 0.95) must be above 'notice' (0.95)")])
+     "severity 'error' (quantile 0.95) must be above 'notice' (0.95)"),
+    ("train:\n  lr: .inf\n", "train.lr: Input should be a finite number"),
+    ("train:\n  weight_decay: .nan\n", "train.weight_decay: Input should be a finite number"),
+    ("features:\n  - {name: f0, type: numeric, clip: [.nan, 1]}\n", "Input should be a finite number"),
+    ("features:\n  - {name: f0, type: numeric, clip: [5, 1]}\n", "clip [5, 1] has its low bound above its high bound"),
+    ("calibration:\n  severities: {}\n", "calibration.severities: Dictionary should have at least 1 item"),
+    ("calibration:\n  severities: {'': 0.99}\n", "a severity needs a name"),
+    ("data:\n  max_train_rows: 1\n", "data.max_train_rows: Input should be greater than or equal to 2")])
 def test_contradictory_pairs_are_refused(yaml_text, message, tmp_path):
-    """Both passed kdsm config check: every retrain was then rejected, or an artifact had warning above critical."""
+    """Each passed kdsm config check: every retrain was then rejected, an artifact had warning above critical, or
+    training crashed (a NaN clip bound in the scaler, no severity at calibration, one row for the k-NN reference) or
+    trained a NaN network (an infinite learning rate)."""
     f = tmp_path / "c.yaml"
     f.write_text(yaml_text)
     with pytest.raises(ConfigError) as e:
