@@ -195,6 +195,14 @@ class ParquetSource:
         if self.label_column:
             exclude.add(self.label_column)
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
+        if self.features is not None and self.encoder is None:
+            twice = sorted({f for f in self.features if self.features.count(f) > 1})
+            if twice:
+                raise DataError(f"feature(s) named twice: {', '.join(twice)}")
+            reserved = [f for f in self.features if f in exclude]
+            if reserved:  # the label is read only for reports, id and timestamp only to name events
+                raise DataError(f"feature(s) {', '.join(reserved)}: the id, timestamp or label column cannot be a "
+                                "feature (data.id_column, data.timestamp_column, data.label_column)")
         if self.encoder is None:
             self.encoder = self._fit_encoder(schema, exclude)
         self._inputs = None  # the top-level columns a batch reads; None: the named numeric ones

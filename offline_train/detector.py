@@ -32,6 +32,7 @@ from .blend import PART_NAMES, Blend
 from .calibrate import Calibration, severity_of
 from .config import (
     CalibrationConfig,
+    ConfigError,
     EMAConfig,
     ModelConfig,
     OptimConfig,
@@ -294,6 +295,10 @@ class KDSM(BaseEstimator):
             on_log=None if progress else _every_tenth(steps, phase))
         if refine is not None:
             self.train_summary_.refine = refine.summary()
+        if not all(bool(torch.isfinite(w).all()) for w in self.net_.parameters()):
+            # Diverged: raised before anything is saved, so a model already at the output stays.
+            raise ConfigError(f"training diverged: the network's weights are not finite after {steps} steps "
+                              f"(train.lr {t.lr:g}, train.weight_decay {t.weight_decay:g}); lower train.lr")
         self.net_.eval()
         self.forest_, self.neighbours_, self.blend_ = None, None, None
         if self.score_config.isolation_forest:
@@ -309,6 +314,9 @@ class KDSM(BaseEstimator):
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
         self.calibration_source_ = "holdout" if len(cal_X) else "train"
         cal_scores = self.decision_function(cal_X if len(cal_X) else train_X)
+        if not np.isfinite(cal_scores).all():
+            raise ConfigError(f"training diverged: {int((~np.isfinite(cal_scores)).sum())} calibration score(s) are not "
+                              f"finite (train.lr {t.lr:g}); lower train.lr")
         self.calibration_ = Calibration.fit(cal_scores, self.calibration_config.severities)
         self.version_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         return self

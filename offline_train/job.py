@@ -53,6 +53,8 @@ def check_output(out, force: bool = False) -> Path:
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
     parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not parent.is_dir():
+        raise ArtifactError(f"--out {out}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK):
         raise PermissionError(f"--out {out}: {parent} is not writable")
     return out

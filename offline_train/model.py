@@ -109,6 +109,10 @@ def resolve_device(spec: str = "auto") -> torch.device:
     Traceback (most recent call last):
     ...
     offline_train.model.DeviceError: invalid device 'gpu0': use auto, cpu, cuda or cuda:N
+    >>> resolve_device("meta")
+    Traceback (most recent call last):
+    ...
+    offline_train.model.DeviceError: device 'meta' is not supported: use auto, cpu, cuda or cuda:N
     """
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -116,6 +120,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
         dev = torch.device(spec)
     except (RuntimeError, ValueError):
         raise DeviceError(f"invalid device {spec!r}: use auto, cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):  # torch knows mps, meta, xpu...; the scorer and the trainer run on these two
+        raise DeviceError(f"device {spec!r} is not supported: use auto, cpu, cuda or cuda:N")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DeviceError(f"device {spec!r} requested but CUDA is not available here (torch {torch.__version__}, "
                           f"CUDA build: {torch.version.cuda or 'no'}); use --device cpu or auto")

@@ -51,8 +51,10 @@ def user_errors() -> tuple[type[Exception], ...]:
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
-    errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, ThresholdError, RegistryError,
-              RedisUnavailable, EngineUnavailable, StorageError)
+    # The path errors name the path (KDSM_ARCHIVE__DIR under a regular file: "Not a directory: 'afile/arch'").
+    errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, NotADirectoryError,
+              IsADirectoryError, FileExistsError, ThresholdError, RegistryError, RedisUnavailable, EngineUnavailable,
+              StorageError)
     model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
     if model is not None:
         errors += (model.DeviceError,)

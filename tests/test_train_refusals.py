@@ -1,0 +1,66 @@
+"""`kdsm train` refuses what it cannot do before doing it, in one line, and never replaces a good model with a bad one."""
+
+import numpy as np
+import pytest
+from conftest import make_blobs
+
+from offline_train.data import write_parquet
+from offline_train.detector import KDSM
+from streamer.ops.cli import main
+
+
+@pytest.fixture
+def events(tmp_path):
+    X, _ = make_blobs(n=400, seed=2)
+    return write_parquet(tmp_path / "events.parquet", X, [f"f{j}" for j in range(X.shape[1])],
+                         y=np.zeros(len(X), dtype=int), ids=np.arange(len(X)))
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("model:\n  width: 32\n  depth: 1\ntrain:\n  steps: 40\n")
+    return cfg
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_a_diverging_training_leaves_the_model_at_out_as_it_was(events, tiny, tmp_path, capsys, monkeypatch):
+    """A learning rate of 1e300 (finite, so the config takes it) trained NaN weights, saved them over the good model
+    at --out (--force), then crashed in the report: the model no longer loaded."""
+    out = tmp_path / "m"
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(out), "--config", str(tiny)]) == 0
+    before = KDSM.load(out, device="cpu").version_
+    capsys.readouterr()
+    monkeypatch.setenv("KDSM_TRAIN__LR", "1e300")
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(out), "--config", str(tiny), "--force"]) == 2
+    assert "training diverged" in _one_line(capsys)
+    assert KDSM.load(out, device="cpu").version_ == before
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--features", "f0", "f0"], "feature(s) named twice: f0"),
+    (["--features", "f0", "label"], "the id, timestamp or label column cannot be a feature"),
+    (["--device", "mps"], "device 'mps' is not supported"),
+    (["--device", "meta"], "device 'meta' is not supported")])
+def test_features_and_devices_that_cannot_train_are_one_line(events, tiny, tmp_path, capsys, extra, message):
+    """Each was a traceback (IndexError in the reader, RuntimeError from torch); the label column as a feature trained
+    on the labels the README says are never read for training."""
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(tmp_path / "m"), "--config", str(tiny),
+                 *extra]) == 2
+    assert message in _one_line(capsys)
+    assert not (tmp_path / "m").exists()
+
+
+def test_an_out_under_a_file_is_refused_before_training(events, tiny, tmp_path, capsys, monkeypatch):
+    """`--out afile/sub` trained in full, then failed to save with a FileExistsError traceback."""
+    (tmp_path / "afile").write_text("x")
+    trained = []
+    monkeypatch.setattr(KDSM, "fit_source", lambda *a, **k: trained.append(1))
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(tmp_path / "afile" / "sub"),
+                 "--config", str(tiny)]) == 2
+    assert "afile is a file, not a directory" in _one_line(capsys) and not trained
