@@ -33,6 +33,7 @@ argparse.ArgumentTypeError: expected a seed in 0..4294967295, got -1
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def _int(text: str, what: str) -> int:
@@ -108,3 +109,21 @@ def share(text: str) -> float:
     if not 0 < x <= 1:
         raise argparse.ArgumentTypeError(f"expected a share in (0, 1], got {x}")
     return x
+
+
+def folder(text: str) -> str:
+    """A local folder a command keeps files in: one that exists, or one it can create (not a file, not under one).
+
+    >>> folder("/tmp")
+    '/tmp'
+    >>> folder("/dev/null/sub")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected a folder, but /dev/null is not one: cannot keep files in /dev/null/sub
+    """
+    path = Path(text)
+    above = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest existing path at or above it
+    if above is not None and not above.is_dir():
+        where = f": cannot keep files in {text}" if above != path else ""
+        raise argparse.ArgumentTypeError(f"expected a folder, but {above} is not one{where}")
+    return text

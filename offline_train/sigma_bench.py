@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .argtypes import positive_int
+from . import storage
+from .argtypes import folder, positive_int
 from .engine import PARTITION_ROWS
 
 KINDS = ("normal", "laplace", "lognormal", "poisson", "binary", "uniform", "student_t3", "spike")
@@ -185,10 +186,15 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--workers", type=positive_int, default=2, help="Dask worker processes of the local cluster")
     p.add_argument("--batch-rows", type=positive_int, default=65536, help="Parquet record-batch size")
     p.add_argument("--partition-rows", type=positive_int, default=PARTITION_ROWS, help="rows per Dask task at least (whole row groups)")
-    p.add_argument("--data-dir", default="runs/bench-sigmas", help="where the generated Parquet files are kept")
+    p.add_argument("--data-dir", type=folder, default="runs/bench-sigmas", help="where the generated Parquet files are kept")
     p.add_argument("--out", default="runs/bench-sigmas.json", help="JSON file the figures are written to")
-    p.set_defaults(func=lambda a: run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir,
-                                      a.out) and 0)
+    p.set_defaults(func=_main)
+
+
+def _main(a) -> int:
+    storage.check_output_file(a.out, "JSON", "bench-sigmas.json")  # before the data is generated and timed
+    run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir, a.out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import storage
+from .argtypes import positive_int
 from .model import Dropout, ScoreNet, bf16_supported, resolve_device
 from .train import train_score_net
 
@@ -129,12 +131,18 @@ def cpu_name() -> str:
 
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("train", help="training steps/s and forward rows/s (fp32 vs bf16, with/without EMA teacher)")
-    p.add_argument("--width", type=int, default=512, help="hidden width of the score network")
-    p.add_argument("--depth", type=int, default=6, help="residual blocks of the score network")
-    p.add_argument("--features", type=int, default=21, help="input features d (cardio has 21)")
-    p.add_argument("--steps", type=int, default=150, help="timed steps per configuration")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; the median is reported")
+    p.add_argument("--width", type=positive_int, default=512, help="hidden width of the score network")
+    p.add_argument("--depth", type=positive_int, default=6, help="residual blocks of the score network")
+    p.add_argument("--features", type=positive_int, default=21, help="input features d (cardio has 21)")
+    p.add_argument("--steps", type=positive_int, default=150, help="timed steps per configuration")
+    p.add_argument("--rounds", type=positive_int, default=3, help="interleaved repetitions; the median is reported")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--out", default="runs/bench-train.json", help="JSON file the figures are written to")
-    p.set_defaults(func=lambda a: run(d=a.features, width=a.width, depth=a.depth, steps=a.steps, rounds=a.rounds,
-                                      device=a.device, out=a.out) and 0)
+    p.set_defaults(func=_main)
+
+
+def _main(a) -> int:
+    storage.check_output_file(a.out, "JSON", "bench-train.json")  # before the minutes of timing, not after
+    resolve_device(a.device)
+    run(d=a.features, width=a.width, depth=a.depth, steps=a.steps, rounds=a.rounds, device=a.device, out=a.out)
+    return 0

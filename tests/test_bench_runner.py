@@ -158,6 +158,21 @@ def test_unusable_files_fail_their_rows_and_bad_options_are_one_line(data_dir, t
     assert "names no method" in bench("--methods", ",", "--out", str(tmp_path / "o2"))
 
 
+def test_a_bench_where_every_run_failed_exits_1(tmp_path, capsys):
+    """Every run failed (exit 0 before, as if the bench had run): exit 1 and a line saying so; the failures are
+    still rows of results.csv, and one run that succeeded keeps exit 0."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "1_broken.npz").write_bytes(b"not an npz")
+    argv = ["bench", "adbench", "--data-dir", str(data), "--methods", "knn", "--out", str(tmp_path / "o")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "no run succeeded (1 failed)" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert [r["status"] for r in read_rows(tmp_path / "o" / "results.csv")] == ["failed"]
+    write_blobs(data, "2_blobs", 0)
+    assert main(argv) == 0
+
+
 def test_cli_rejects_unknown_method(tmp_path, capsys):
     assert main(["bench", "adbench", "--data-dir", str(tmp_path), "--methods", "kdsm,nope", "--out", str(tmp_path / "o")]) == 2
     assert "nope" in capsys.readouterr().err

@@ -324,3 +324,74 @@ def test_a_ctrl_c_while_the_parser_loads_waits_for_the_imports(monkeypatch, caps
     assert cli.main(["bench"]) == 130
     assert imported and not ran
     assert capsys.readouterr().err == "kdsm bench: interrupted\n"
+
+
+# ----------------------------------------------------------------------------- kdsm bench: bad arguments
+_SMALL_TRAIN = ["--width", "8", "--depth", "1", "--steps", "2", "--rounds", "1"]  # keep a run cheap where one happens
+
+
+BAD_BENCH_ARGUMENTS = [
+    # counts of zero or below: NaN or inf written over the default output (exit 0), or a traceback
+    (["bench", "features-quality", "--seeds", "0"], "expected a positive integer"),
+    (["bench", "features-quality", "--seeds", "-1"], "expected a positive integer"),
+    (["bench", "features-speed", "--repeats", "0", "--events", "100"], "expected a positive integer"),
+    (["bench", "features-speed", "--events", "0"], "expected a positive integer"),
+    (["bench", "lifecycle", "--rounds", "0", "--events", "100", "--batch", "50"], "expected a positive integer"),
+    (["bench", "lifecycle", "--events", "0"], "expected a positive integer"),
+    (["bench", "lifecycle", "--batch", "0", "--events", "100"], "expected a positive integer"),
+    (["bench", "train", "--width", "0", "--depth", "1", "--steps", "2", "--rounds", "1"], "expected a positive integer"),
+    (["bench", "train", "--width", "-1", "--depth", "1", "--steps", "2", "--rounds", "1"], "expected a positive integer"),
+    (["bench", "train", "--rounds", "0", "--width", "8", "--depth", "1", "--steps", "2"], "expected a positive integer"),
+    (["bench", "stream", "--processes", "abc"], "expected comma-separated positive integers"),
+    (["bench", "stream", "--processes", "0", "--bootstrap", "127.0.0.1:9"], "expected comma-separated positive integers"),
+    (["bench", "stream", "--device", "bogus"], "invalid device 'bogus'"),  # was: after a local broker started
+    # --out that cannot be written: refused before the benchmark runs, not after it
+    *[([*cmd, "--out", out], says) for cmd in (
+        ["bench", "train", *_SMALL_TRAIN],
+        ["bench", "sigmas", "--rows", "1000", "--features", "2"],
+        ["bench", "lifecycle", "--events", "100", "--batch", "50", "--rounds", "1"],
+        ["bench", "features-speed", "--events", "100", "--repeats", "1"],
+        ["bench", "features-quality", "--seeds", "1"],
+        ["bench", "compare", "ok.csv", "--setting", "semi"],
+    ) for out, says in (("adir", "is a directory"), ("afile/x.json", "afile is a file"))],
+    (["bench", "sigmas", "--rows", "1000", "--features", "2", "--data-dir", "afile"], "expected a folder"),
+    (["bench", "sigmas", "--rows", "1000", "--features", "2", "--data-dir", "afile/sub"], "expected a folder"),
+    # files that are not a results.csv of kdsm bench adbench: KeyError 'setting', UnicodeDecodeError
+    (["bench", "compare", "other.csv", "--setting", "semi"], "no column(s) dataset, setting"),
+    (["bench", "compare", "binary.csv", "--setting", "semi"], "not UTF-8 text"),
+    # --compare-tree that is no checkout: the current code was timed against itself as "before/after"
+    (["bench", "features-speed", "--events", "100", "--repeats", "1", "--rounds", "1", "--compare-tree", "emptydir"],
+     "is not a checkout of kdsm-stream"),
+    (["bench", "features-speed", "--events", "100", "--repeats", "1", "--rounds", "1", "--compare-tree", "afile"],
+     "not a folder"),
+    (["demo", "--workdir", "afile"], "expected a folder"),
+    (["demo", "--workdir", "afile/sub"], "expected a folder"),
+]
+
+
+@pytest.mark.parametrize("argv,says", BAD_BENCH_ARGUMENTS, ids=[" ".join(argv) for argv, _ in BAD_BENCH_ARGUMENTS])
+def test_bad_bench_arguments_are_one_line_and_write_nothing(argv, says, tmp_path, monkeypatch, capsys):
+    """Each wrote NaN/inf over its default output with exit 0, crashed with a traceback (most after the whole
+    benchmark ran), or started a broker first. Now: exit 2, one error line, nothing written (the defaults,
+    docs/results/features/*.json and runs/*.json, are relative to the working folder)."""
+    from streamer.ops.cli import main
+
+    for k, v in {"KDSM_TRAIN__STEPS": "20", "KDSM_MODEL__WIDTH": "32", "KDSM_MODEL__DEPTH": "1"}.items():
+        monkeypatch.setenv(k, v)  # a case that would train, trains for a moment
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "emptydir").mkdir()
+    (tmp_path / "ok.csv").write_text("dataset,setting,split,seed,method,status,aucpr,aucroc\n")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00dataset\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse: the usage, then one error line
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", " "))]
+    assert code == 2 and "Traceback" not in err, (code, err[-2000:])
+    assert len(lines) == 1 and says in lines[0], err[-2000:]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import storage
 from ..argtypes import seed
 from ..config import ConfigError, load_settings
 from .methods import METHODS
@@ -80,17 +81,41 @@ def machine_info() -> dict:
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
+_COMPARED_COLUMNS = ("dataset", "setting", "split", "seed", "method", "status", "aucpr", "aucroc")
+
+
+def _read_results(path: Path) -> list[dict]:
+    """The rows of a results.csv of ``kdsm bench adbench``; anything else is one line naming the file."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a results.csv of kdsm bench adbench: not UTF-8 text "
+                          f"(byte {e.object[e.start]:#04x} at offset {e.start})") from None
+    except csv.Error as e:
+        raise ConfigError(f"{path} is not a results.csv of kdsm bench adbench: {e}") from None
+    missing = [c for c in _COMPARED_COLUMNS if c not in header]
+    if missing:
+        raise ConfigError(f"{path} is not a results.csv of kdsm bench adbench: no column(s) {', '.join(missing)}")
+    return rows
+
+
 def _compare(a) -> int:
     from .report import compare_table
-    from .runner import read_rows
 
+    if a.out:
+        storage.check_output_file(a.out, "Markdown", "compare.md")
     seeds = set(_csv_list(a.seeds)) if a.seeds else None
     rows = []
     for arg in a.csv:
         path, _, label = arg.partition("=") if not Path(arg).is_file() else (arg, "", "")
         if not Path(path).is_file():
             raise ConfigError(f"no such results file: {path}")
-        rows += [{**r, "method": label} if label and r["method"] == "default" else r for r in read_rows(Path(path))
+        rows += [{**r, "method": label} if label and r["method"] == "default" else r for r in _read_results(Path(path))
                  if r["setting"] == a.setting and r["split"] == a.split and (seeds is None or r["seed"] in seeds)]
     try:
         table = compare_table(rows, a.focus)
@@ -168,4 +193,8 @@ def _run(a, settings_cls) -> int:
     n_failed = sum(r["status"] != "ok" for r in rows)
     if n_failed:
         print(f"{n_failed} run(s) failed; see the CSV 'error' column")
+    if rows and not ok:  # failed runs are rows of the CSV (resumable), but a bench of failures alone is a failure
+        print(f"kdsm bench adbench: no run succeeded ({n_failed} failed); see the 'error' column of {spec.csv_path}",
+              file=sys.stderr)
+        return 1
     return 0

@@ -37,6 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from offline_train import storage
+from offline_train.argtypes import positive_int
+from offline_train.config import ConfigError
 from offline_train.speed import cpu_name
 
 N_NUMERIC, N_CATEGORICAL = 10, 5
@@ -87,6 +90,9 @@ def _fast_us(decode_result: dict) -> float:
     return decode_result.get("fast_us", decode_result.get("fast_orjson_us"))
 
 
+_COMPARED = ("streamer/dev/bench_stream.py", "streamer/dev/bench_fixtures.py")  # what _numeric_decode_json imports
+
+
 def _numeric_decode_json(tree: str) -> dict:
     """``bench_stream.decode_bench`` (numeric, 6 flat floats) run in a subprocess on the code at ``tree``."""
     code = ("import json, numpy as np\n"
@@ -97,8 +103,23 @@ def _numeric_decode_json(tree: str) -> dict:
             "class M: feature_names_ = names; schema_hash_ = 'h'\n"
             "print(json.dumps(decode_bench(M, events_json(X, names), 2000)))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=tree)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False, cwd=tree)
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        raise ConfigError(f"the decode bench failed on the code in {tree}: {last}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_compare_tree(tree: str) -> None:
+    """``--compare-tree``: a folder holding this project's code (what the before/after runs import); anything else
+    would time the installed code twice and call it before and after."""
+    path = Path(tree)
+    if not path.is_dir():
+        raise ConfigError(f"--compare-tree {tree}: " + ("not a folder" if path.exists() else "no such folder"))
+    missing = [m for m in _COMPARED if not (path / m).is_file()]
+    if missing:
+        raise ConfigError(f"--compare-tree {tree} is not a checkout of kdsm-stream with the decode bench (no "
+                          f"{' or '.join(missing)} in it): name the root of the checkout to compare with")
 
 
 def run_speed(settings, events: int = 20000, repeats: int = 5, compare_tree: str | None = None, rounds: int = 3,
@@ -226,17 +247,17 @@ def register_bench(sub, settings_cls) -> None:
                        description="The decoder alone, per event: a mixed event (10 numeric, 5 categorical, 2 optional, "
                                    "one nested object) through the spec decoder, the numeric fast path, and with "
                                    "--compare-tree the numeric path before/after (kdsm bench stream's decode bench).")
-    p.add_argument("--events", type=int, default=20000, help="events per pass")
-    p.add_argument("--repeats", type=int, default=5, help="passes; the best counts")
+    p.add_argument("--events", type=positive_int, default=20000, help="events per pass")
+    p.add_argument("--repeats", type=positive_int, default=5, help="passes; the best counts")
     p.add_argument("--compare-tree", help="a checkout of the code before the feature spec (e.g. the main branch)")
-    p.add_argument("--rounds", type=int, default=3, help="alternating before/after rounds with --compare-tree")
+    p.add_argument("--rounds", type=positive_int, default=3, help="alternating before/after rounds with --compare-tree")
     p.add_argument("--config", help="YAML config file (stream.max_batch)")
     p.add_argument("--out", default="docs/results/features/speed.json", help="JSON file the figures are written to")
     p.set_defaults(func=lambda a: _speed(a, settings_cls))
     q = sub.add_parser("features-quality", help="K-DSM with the feature spec vs IForest and KNN on one-hot (Solar Flare)",
                        description="Solar Flare (real, bundled in river; anomaly = an M- or X-class flare): K-DSM on the "
                                    "spec's encoding vs PyOD IForest and KNN on one-hot, unsupervised, seeds 0..N-1.")
-    q.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    q.add_argument("--seeds", type=positive_int, default=3, help="seeds 0..N-1")
     q.add_argument("--config", help="YAML config file (training settings; default: what kdsm train ships)")
     q.add_argument("--out", default="docs/results/features/quality.json", help="JSON file the figures are written to")
     q.set_defaults(func=lambda a: _quality(a, settings_cls))
@@ -245,6 +266,9 @@ def register_bench(sub, settings_cls) -> None:
 def _speed(a, settings_cls) -> int:
     from offline_train.config import load_settings
 
+    storage.check_output_file(a.out, "JSON", "speed.json")
+    if a.compare_tree:
+        check_compare_tree(a.compare_tree)
     run_speed(load_settings(settings_cls, a.config), a.events, a.repeats, a.compare_tree, a.rounds, a.out)
     return 0
 
@@ -252,5 +276,6 @@ def _speed(a, settings_cls) -> int:
 def _quality(a, settings_cls) -> int:
     from offline_train.config import load_settings
 
+    storage.check_output_file(a.out, "JSON", "quality.json")
     run_quality(load_settings(settings_cls, a.config), a.seeds, a.out)
     return 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from offline_train import storage
+from offline_train.argtypes import positive_int
 from streamer.lifecycle.archive import ArchiveSink, example_batch
 from streamer.lifecycle.config import ArchiveConfig, DriftConfig
 from streamer.lifecycle.drift import DriftSink
@@ -64,9 +66,15 @@ def run(events: int = 20000, batch: int = 500, features: int = 21, rounds: int =
 
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("lifecycle", help="per-event cost of the drift detectors and the archive sink")
-    p.add_argument("--events", type=int, default=20000, help="events fed to each detector and to the archive")
-    p.add_argument("--batch", type=int, default=500, help="events per batch, as the stream hands them on")
-    p.add_argument("--features", type=int, default=21, help="features per archived event")
-    p.add_argument("--rounds", type=int, default=3, help="repetitions; the median is reported")
+    p.add_argument("--events", type=positive_int, default=20000, help="events fed to each detector and to the archive")
+    p.add_argument("--batch", type=positive_int, default=500, help="events per batch, as the stream hands them on")
+    p.add_argument("--features", type=positive_int, default=21, help="features per archived event")
+    p.add_argument("--rounds", type=positive_int, default=3, help="repetitions; the median is reported")
     p.add_argument("--out", default="runs/bench-lifecycle.json", help="JSON file the figures are written to")
-    p.set_defaults(func=lambda a: run(a.events, a.batch, a.features, a.rounds, a.out) and 0)
+    p.set_defaults(func=_main)
+
+
+def _main(a) -> int:
+    storage.check_output_file(a.out, "JSON", "bench-lifecycle.json")  # before the benchmark, not after it
+    run(a.events, a.batch, a.features, a.rounds, a.out)
+    return 0

@@ -32,6 +32,7 @@ read is off the hot path: cached).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -45,6 +46,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from offline_train import storage
 from offline_train.argtypes import positive_int, share
 from offline_train.data import write_parquet
 from offline_train.detector import KDSM
@@ -530,6 +532,25 @@ def _plot_sweep(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def process_counts(text: str) -> list[int]:
+    """``--processes``: comma-separated positive integers (1,2,4).
+
+    >>> process_counts("1, 2,4")
+    [1, 2, 4]
+    >>> process_counts("1,0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected comma-separated positive integers (e.g. 1,2,4), got '1,0'
+    """
+    try:
+        counts = [positive_int(x.strip()) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError:
+        counts = []
+    if not counts:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers (e.g. 1,2,4), got {text!r}")
+    return counts
+
+
 def register_bench(sub, settings_cls) -> None:
     p = sub.add_parser("stream", help="consume-only vs scorer-only vs end-to-end throughput, and latency at half load",
                        description="Against one broker (a local Tansu unless --bootstrap names one), on one topic of "
@@ -562,7 +583,7 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--sweep", action="store_true",
                    help=f"throughput and p99 latency against max_batch x max_wait_ms ({list(SWEEP_BATCHES)} x "
                         f"{list(SWEEP_WAITS_MS)} ms); JSON and a PNG next to --out (default runs/bench-stream-sweep.json)")
-    p.add_argument("--processes", help="comma-separated N (e.g. 1,2,4): N streamer processes in one consumer group "
+    p.add_argument("--processes", type=process_counts, help="comma-separated N (e.g. 1,2,4): N streamer processes in one consumer group "
                                        "sharing the device, read one topic of --partitions partitions; the group's "
                                        "events/s per N (default out runs/bench-stream-scale.json)")
     p.add_argument("--partitions", type=positive_int, default=4, help="with --processes: partitions of the events topic")
@@ -573,8 +594,12 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     from offline_train.config import load_settings
+    from offline_train.model import resolve_device
     from streamer.pipeline.logs import setup_logging
 
+    resolve_device(a.device)  # a bad --device is one line now, not after a broker started
+    if a.out:
+        storage.check_output_file(a.out, "JSON", "bench-stream.json")
     setup_logging("WARNING")
     stop_on_sigterm()
     s = load_settings(settings_cls, a.config)
@@ -594,8 +619,7 @@ def _main(a, settings_cls) -> int:
     if a.processes:
         from . import bench_scale
 
-        ns = [int(x) for x in a.processes.split(",") if x.strip()]
-        bench_scale.run(s, a.model, processes=ns, events=a.events if a.events != 60000 else 200000,
+        bench_scale.run(s, a.model, processes=a.processes, events=a.events if a.events != 60000 else 200000,
                         partitions=a.partitions, width=a.width, depth=a.depth, features=a.features, device=a.device,
                         threads=s.stream.threads, out=a.out or "runs/bench-stream-scale.json",
                         external_broker=bool(a.bootstrap))

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from offline_train.argtypes import non_negative_float, port_or_free, positive_float, positive_int
+from offline_train.argtypes import (
+    folder,
+    non_negative_float,
+    port_or_free,
+    positive_float,
+    positive_int,
+)
 from offline_train.config import load_settings
 
 
@@ -75,7 +81,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     p.add_argument("--rate", type=positive_float, default=500.0, help="events per second")
     p.add_argument("--duration", type=positive_float, default=120.0, help="stop after this many seconds at the latest")
     p.add_argument("--steps", type=positive_int, default=400, help="training steps of the demo model")
-    p.add_argument("--workdir", help="where the model, report and logs go (default: a new temp directory)")
+    p.add_argument("--workdir", type=folder, help="where the model, report and logs go (default: a new temp directory)")
     p.add_argument("--metrics-port", type=port_or_free, default=0, help="metrics port (default 0: a free one)")
     p.add_argument("--mixed", action="store_true", help="mixed events: the bundled Solar Flare data (categorical fields, "
                                                         "a nested object) under its feature spec; alerts name categories")
