@@ -264,3 +264,37 @@ def test_one_expected_rate_per_threshold_and_unresolvable_quantiles_are_flagged(
     text = format_table(rep)
     assert "q=0.9999 needs at least 10000 calibration scores, the artifact has 500" in text
     assert "would alert" in text and "not the alerts the streamer sent" in text
+
+
+def test_foreign_archive_files_of_other_types_are_read_as_the_streamer_types_or_skipped(tmp_path, model,
+                                                                                       tiny_model_dir, capsys):
+    """Files in the archive folder that the streamer did not write, with other column types: a version stored as an
+    integer, a commit time as text, a feature as non-numeric text. Each was a traceback (ArrowNotImplementedError,
+    AttributeError in strftime, ValueError at rescoring); now a file castable to the streamer's types is read, any
+    other is skipped with one JSON log line, and the report runs on the rest."""
+    import pyarrow as pa
+
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    good = pq.read_table(closed_files(root)[0])
+    day = next(root.glob("date=*"))
+    n = 50
+    # Castable: the commit time as ISO text and the score as text of numbers.
+    castable = good.slice(0, n).set_column(good.schema.get_field_index("kdsm_committed_at"), "kdsm_committed_at",
+                                            pa.array(["2026-12-01T00:00:00Z"] * n))
+    pq.write_table(castable, day / "part-zz-castable.parquet")
+    # Not castable: the model version as an integer list and a feature as words.
+    f0 = model.feature_names_[0]
+    broken = good.slice(0, n).set_column(good.schema.get_field_index(f0), f0, pa.array(["high"] * n))
+    broken = broken.set_column(broken.schema.get_field_index("kdsm_model_version"), "kdsm_model_version",
+                               pa.array([[1]] * n))
+    pq.write_table(broken, day / "part-zz-broken.parquet")
+    for rescore in ([], ["--rescore"]):
+        assert main(["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--json",
+                     "--hours", "0", "--out", str(tmp_path / "r.png"), *rescore]) == 0
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        logged = [json.loads(line) for line in err.splitlines()]  # Redis is not running here: its line too
+        skipped = [e for e in logged if e["event"] == "report_skip_file"]
+        assert len(skipped) == 1 and "broken" in skipped[0]["file"], logged
+        assert json.loads(out)["window"]["rows"] == sum(len(p) for p in parts) + n

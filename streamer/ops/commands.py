@@ -146,8 +146,11 @@ def _thresholds(a, settings_cls) -> int:
 
 
 def _report(a, settings_cls) -> int:
+    from streamer.pipeline.logs import setup_logging
+
     from .threshold_report import run
 
+    setup_logging("WARNING")  # a skipped archive file is a JSON log line, as the streamer writes them
     return run(a, settings_cls)
 
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from offline_train import storage
 from offline_train.data import open_parquet
-from streamer.lifecycle.archive import closed_files
+from streamer.lifecycle.archive import archive_schema, closed_files
 from streamer.lifecycle.registry import serving_model_dir
 from streamer.lifecycle.thresholds import ThresholdError
 
@@ -80,11 +80,13 @@ def read_window(archive_dir: str | Path, model, hours: float | None = 24.0, max_
         window = f"in the last {hours:g} h " if hours is not None else ""
         raise ReportError(f"no closed archive files {window}under {root} (files close every archive.max_file_seconds)")
     cols = ["kdsm_score", "kdsm_model_version", "kdsm_committed_at"] + (list(model.feature_names_) if rescore else [])
+    expected = archive_schema(list(model.feature_names_))
+    want = pa.schema([expected.field(c) for c in cols])  # the streamer's types: a foreign file's may differ
     tables, total, versions = [], 0, {}
     for f in reversed(files):  # newest first, stop once max_rows are in hand
         try:
-            t = open_parquet(f).read(columns=cols)
-        except (pa.ArrowInvalid, KeyError, OSError) as e:  # a foreign or damaged file is skipped, not fatal
+            t = open_parquet(f).read(columns=cols).cast(want)
+        except (pa.ArrowException, KeyError, OSError) as e:  # a foreign or damaged file is skipped, not fatal
             log.warning({"event": "report_skip_file", "file": str(f), "error": str(e)})
             continue
         for v in t["kdsm_model_version"].to_pylist():
