@@ -122,8 +122,9 @@ def folder(text: str) -> str:
     argparse.ArgumentTypeError: expected a folder, but /dev/null is not one: cannot keep files in /dev/null/sub
     """
     path = Path(text)
-    above = next((p for p in (path, *path.parents) if p.exists()), None)  # the nearest existing path at or above it
-    if above is not None and not above.is_dir():
+    # storage.nearest_existing's rule, written here again: the parser does not load pyarrow (storage does)
+    above = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not above.is_dir():
         where = f": cannot keep files in {text}" if above != path else ""
         raise argparse.ArgumentTypeError(f"expected a folder, but {above} is not one{where}")
     return text

@@ -52,7 +52,7 @@ def check_output(out, force: bool = False) -> Path:
     check_replaceable(out, f"--out {out}", "choose a new or empty directory")  # what writing the artifact would refuse
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ArtifactError(f"--out {out} already holds a model artifact: pass --force to replace it")
-    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    parent = storage.nearest_existing(out)
     if not parent.is_dir():
         raise ArtifactError(f"--out {out}: {parent} is a file, not a directory")
     if not os.access(parent, os.W_OK):

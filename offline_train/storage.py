@@ -109,9 +109,19 @@ def check_output_file(out, kind: str, example: str, inputs=(), outside=()) -> No
     out = Path(out)
     if out.is_dir():
         raise StorageError(f"--out {out} is a directory: name the {kind} file, e.g. {out / example}")
-    above = next((d for d in out.parents if d.exists()), None)  # the nearest existing folder above it
-    if above is not None and not above.is_dir():
+    above = nearest_existing(out.parent)
+    if not above.is_dir():
         raise StorageError(f"--out {out}: {above} is a file, not a directory: cannot write under it")
+
+
+def nearest_existing(path) -> Path:
+    """``path`` or its nearest existing ancestor: where creating ``path`` would start (a file there blocks it).
+
+    >>> nearest_existing("/dev/null/a/b")
+    PosixPath('/dev/null')
+    """
+    path = Path(path)
+    return next((p for p in (path, *path.parents) if p.exists()), Path("."))
 
 
 def _comparable(location) -> tuple[bool, str]:
