@@ -11,7 +11,7 @@ import json
 import sys
 
 from .argtypes import positive_int, seed
-from .config import load_settings
+from .config import flag_overrides, load_settings
 from .published import METHOD_NAMES, published_sections
 
 
@@ -64,25 +64,27 @@ def _train(a, settings_cls) -> int:
 
     s = load_settings(settings_cls, a.config)
     # CLI flags are the highest-priority overrides; validate_assignment checks them.
-    if a.method != "default":
-        for section, value in published_sections(a.method, s).items():
-            setattr(s, section, value)
-    if a.features:
-        s.data.features = a.features
-    if a.profile:
-        s.train.profile = a.profile
-    if a.steps:
-        s.train.steps = a.steps
-    if a.no_ema:
-        s.ema.enabled = False
-    if a.seed is not None:
-        s.train.seed = a.seed
-    if a.device:
-        s.train.device = a.device
-    if a.engine:
-        s.data.engine = a.engine
-    if a.scheduler:
-        s.data.scheduler = a.scheduler
+    with flag_overrides():
+        if a.method != "default":
+            for section, value in published_sections(a.method, s).items():
+                setattr(s, section, value)
+        if a.features:
+            s.data.features = a.features
+        if a.profile:
+            s.train.profile = a.profile
+        if a.steps:
+            s.train.steps = a.steps
+        if a.no_ema:
+            s.ema.enabled = False
+        if a.seed is not None:
+            s.train.seed = a.seed
+        if a.device:
+            s.train.device = a.device
+        if a.engine:
+            s.data.engine = a.engine
+        if a.scheduler:
+            s.data.scheduler = a.scheduler
+
     from .model import resolve_device
 
     resolve_device(s.train.device)  # an unusable device fails here, in one line, before any data is read

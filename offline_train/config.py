@@ -14,6 +14,7 @@ default.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 from pathlib import Path
@@ -196,10 +197,12 @@ class OptimConfig(Section):
     """Training loop (DESIGN 3.4). ``profile`` fills epochs/steps unless they are set."""
 
     profile: Literal["fast", "paper"] = Field("fast", description="fast = 256-wide net, 500 epochs within 2000..4500 steps (CPU); paper = 512 wide, 500 epochs")
-    epochs: int | None = Field(None, gt=0, description="epochs over the training rows; null = from the profile")
-    steps: int | None = Field(None, gt=0, description="optimiser steps; null = from the profile (set it to override epochs)")
-    min_steps: int | None = Field(None, gt=0, description="lower bound on an epoch budget; null = the profile's (fast: 2000)")
-    max_steps: int | None = Field(None, gt=0, description="upper bound on an epoch budget; null = the profile's (fast: 4500)")
+    # The upper bounds only refuse typos (a billion steps is years of CPU); they also keep
+    # step counts inside torch's int64 and threads below what an OS gives one process.
+    epochs: int | None = Field(None, gt=0, le=10**6, description="epochs over the training rows; null = from the profile")
+    steps: int | None = Field(None, gt=0, le=10**9, description="optimiser steps (at most 10**9); null = from the profile (set it to override epochs)")
+    min_steps: int | None = Field(None, gt=0, le=10**9, description="lower bound on an epoch budget; null = the profile's (fast: 2000)")
+    max_steps: int | None = Field(None, gt=0, le=10**9, description="upper bound on an epoch budget; null = the profile's (fast: 4500)")
     batch_size: int = Field(128, gt=1, description="rows per optimiser step")
     noise_copies: int = Field(3, gt=0, description="noisy copies of each row per step")
     lr: float = Field(5e-4, gt=0, description="Adam learning rate")
@@ -207,7 +210,7 @@ class OptimConfig(Section):
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast on a CPU that runs it natively, fp32 on CUDA (faster there at these sizes)")
     device: str = Field("auto", description="auto = cuda when present, else cpu")
     seed: int = Field(0, ge=0, lt=2**32, description="seed of sampling, noise and initialisation (0 to 2**32 - 1)")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads; None = torch default")
+    threads: int | None = Field(None, gt=0, le=1024, description="torch CPU threads (at most 1024); None = torch default")
 
     def budget_rule(self) -> dict[str, int | None]:
         """The resolved step rule: ``{"steps": N}``, or ``{"epochs": E, "min_steps": a, "max_steps": b}``.
@@ -477,12 +480,34 @@ def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLi
             storage.configure(settings.storage)
         return settings
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"  {where}: {msg}")
         source = f" in {path}" if path else ""
-        raise ConfigError(f"invalid configuration{source}:\n" + "\n".join(lines)) from None
+        raise ConfigError(f"invalid configuration{source}:\n" + _error_lines(e)) from None
     finally:
         _CURRENT_FILE.pop(cls, None)
+
+
+def _error_lines(e: ValidationError, section: str = "") -> str:
+    lines = []
+    for err in e.errors():
+        where = ".".join(str(p) for p in (section, *err["loc"]) if p) or "(top level)"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def flag_overrides():
+    """Command-line flags set on loaded settings: a value the config refuses is a ``ConfigError``, not a traceback.
+
+    The sections validate on assignment, so ``--steps 10000000000`` meets the same bound as ``train.steps`` does.
+
+    >>> s = TrainSettings()
+    >>> with flag_overrides():
+    ...     s.train.steps = 10**10
+    Traceback (most recent call last):
+    offline_train.config.ConfigError: invalid value for steps: Input should be less than or equal to 1000000000
+    """
+    try:
+        yield
+    except ValidationError as e:  # one flag is set at a time: one error, one line
+        raise ConfigError("invalid value for " + _error_lines(e).strip()) from None

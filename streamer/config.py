@@ -157,7 +157,7 @@ class StreamConfig(Section):
 
     model: str | None = Field(None, description="model artifact directory (the --model flag overrides it)")
     device: str = Field("auto", description="auto = CUDA when present, else CPU; or cpu, cuda, cuda:1")
-    threads: int | None = Field(None, gt=0, description="torch CPU threads of a kdsm stream process; None = torch default")
+    threads: int | None = Field(None, gt=0, le=1024, description="torch CPU threads of a kdsm stream process (at most 1024); None = torch default")
     switch_interval_ms: float = Field(0.5, gt=0, le=1000, description="longest the interpreter lets one thread hold the GIL before handing it on (sys.setswitchinterval; Python's own is 5 ms): shorter, the scoring thread gets it back sooner from the polling thread")
     max_batch: int = Field(2000, gt=0, description="most events per micro-batch")
     max_wait_ms: int = Field(100, ge=0, description="longest wait to fill a micro-batch")

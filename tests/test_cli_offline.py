@@ -186,6 +186,21 @@ def test_train_refuses_a_seed_or_step_count_that_cannot_run(small_parquet, tmp_p
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("env,argv,says", [
+    ({}, ["--steps", "10000000000"], "kdsm train: error: invalid value for steps: Input should be less than or equal to"),
+    ({"KDSM_TRAIN__THREADS": "9999"}, [], "train.threads: Input should be less than or equal to 1024"),
+])
+def test_train_refuses_a_budget_or_thread_count_no_machine_runs(small_parquet, tmp_path, capsys, monkeypatch, env,
+                                                                argv, says):
+    """--steps 10**20 was a pydantic traceback, 10**12 trained for ever; 9999 threads were handed to torch."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code = main(["train", "--data", str(small_parquet), "--out", str(tmp_path / "m"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "m").exists()
+
+
 def test_every_subcommand_has_help(capsys):
     from streamer.ops.cli import build_parser
 

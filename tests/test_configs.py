@@ -160,3 +160,14 @@ def test_the_knn_part_follows_the_forest_unless_asked_for():
         assert not ScoreConfig(isolation_forest=off).knn  # the published score: the network alone
     for name in ("paper.yaml", "clean-history.yaml"):  # network-only profiles carry no k-NN part
         assert not load_settings(Settings, ROOT / "configs" / name).score.knn
+
+
+def test_a_config_read_from_a_pipe_loads_as_from_a_file():
+    """``--config <(envsubst < tpl.yaml)`` hands the command a pipe (/dev/fd/N): read once, like a file."""
+    r, w = os.pipe()
+    os.write(w, b"train:\n  steps: 7\n")
+    os.close(w)
+    try:
+        assert load_settings(Settings, f"/dev/fd/{r}").train.steps == 7
+    finally:
+        os.close(r)

@@ -593,7 +593,7 @@ def register_bench(sub, settings_cls) -> None:
 
 
 def _main(a, settings_cls) -> int:
-    from offline_train.config import load_settings
+    from offline_train.config import flag_overrides, load_settings
     from offline_train.model import resolve_device
     from streamer.pipeline.logs import setup_logging
 
@@ -603,12 +603,13 @@ def _main(a, settings_cls) -> int:
     setup_logging("WARNING")
     stop_on_sigterm()
     s = load_settings(settings_cls, a.config)
-    if a.bootstrap:
-        s.kafka.bootstrap = a.bootstrap
-    if a.threads:
-        s.stream.threads = a.threads
-    if a.max_batch:
-        s.stream.max_batch = a.max_batch
+    with flag_overrides():
+        if a.bootstrap:
+            s.kafka.bootstrap = a.bootstrap
+        if a.threads:
+            s.stream.threads = a.threads
+        if a.max_batch:
+            s.stream.max_batch = a.max_batch
     if a.delivery == "both":
         delivery_ab(s, a.model, events=a.events, rounds=a.rounds, width=a.width, depth=a.depth, features=a.features,
                     device=a.device, out=a.out or "runs/bench-stream-delivery.json", external_broker=bool(a.bootstrap),
