@@ -74,11 +74,21 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line: what is wrong and where the usage is, not the usage block first.
+
+    Subcommands' parsers are of this class too (``add_subparsers`` makes its parsers of its parent's class).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
+
+
 def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     """The whole ``kdsm`` parser; ``benches=False`` leaves ``kdsm bench``'s (heavy) subcommands out."""
     from streamer.config import Settings
 
-    parser = argparse.ArgumentParser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
+    parser = _Parser(prog="kdsm", description="Streaming tabular anomaly detection with K-DSM.")
     parser.add_argument("--version", action="version", version=f"kdsm {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in command_modules():
@@ -198,7 +208,8 @@ def _main(parser: argparse.ArgumentParser, argv: list[str]) -> int:
     except Exception as e:
         if not isinstance(e, user_errors()):
             raise
-        print(f"kdsm {args.command}: error: {e}", file=sys.stderr)
+        name = f"kdsm {args.command}" + (f" {args.bench}" if args.command == "bench" else "")
+        print(f"{name}: error: {e}", file=sys.stderr)
         return 2
 
 
