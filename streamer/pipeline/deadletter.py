@@ -40,7 +40,10 @@ def dead_letter(value: bytes | None, topic: str, partition: int, offset: int, re
         return _dump(msg)
     msg["payload_bytes"], msg["payload_sha256"] = len(value), hashlib.sha256(value).hexdigest()
     text = _utf8(value)
-    keep = len(value) if len(value) <= max_bytes or oversize == "truncate" else 0
+    # Every byte kept takes at least one byte of the message (JSON text, \u escapes or base64), so no more than
+    # max_bytes can fit: a prefix that long is the first try. (The whole value was: a 50 MB event of control bytes
+    # was escaped whole, 300 MB of JSON, taking 620 MB and 2 s, before being cut.)
+    keep = min(len(value), max_bytes) if len(value) <= max_bytes or oversize == "truncate" else 0
     while True:  # shrink the kept prefix until the whole message fits (escaping may grow text up to 6x)
         if keep or not value:  # an empty value is kept as "" (utf-8); null stays "none"
             prefix = value[:keep]
@@ -57,6 +60,8 @@ def dead_letter(value: bytes | None, topic: str, partition: int, offset: int, re
 
 def _utf8(value: bytes) -> bool:
     """Whether the whole value is UTF-8 (a cut prefix then only loses a split last character)."""
+    if value.isascii():  # no copy: a large ASCII value is not decoded only to be thrown away
+        return True
     try:
         value.decode("utf-8")
         return True
