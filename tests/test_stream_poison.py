@@ -152,3 +152,54 @@ def test_extreme_finite_values_alert_with_a_finite_score(kafka_bootstrap, redis_
             assert a["severity"] == "critical", (kind, a["score"])
         assert all(math.isfinite(f["expected"]) for f in a["top_features"]), kind
     assert np.isfinite([a["score"] for a in alerts.values()]).all()
+
+
+def test_events_nested_to_the_parser_limit_and_odd_event_times_never_stop_the_streamer(kafka_bootstrap, redis_url,
+                                                                                       unique, tiny_model_dir):
+    # An extra field nested nearly as deep as json.loads goes, with a \u escape in it: the lone-surrogate check
+    # re-encoded the object a few frames deeper than the parse and raised RecursionError at one depth (the streamer
+    # exited, and a restart read the same event again). A NaN or infinite event time was scored and its alert said
+    # "event_time": null; it is dead-lettered now. Every event ends as an alert (all valid ones alert here) or a
+    # dead letter, and every valid one is scored.
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
+    create_topics(s)
+    _alert_everything(s, model, redis_url)
+    names = model.feature_names_
+    X = make_blobs(n=1400, seed=0)[0][1200:]
+    values, valid, deep, odd_ts = [], [], [], []
+    depths = list(range(850, 1030))
+    for i, x in enumerate(X):
+        values.append(event(f"v{i}", x, names))
+        valid.append(f"v{i}")
+        if i < len(depths):
+            d = depths[i]
+            deep.append(len(values))
+            values.append(event(f"d{d}", x, names, pad=0).replace(b'"pad": 0', b'"pad": ' + b"[" * d + b'"\\u00e9"' + b"]" * d))
+        if i % 40 == 3:
+            odd_ts.append(len(values))
+            values.append(event(f"t{i}", x, names).replace(b'{"id"', b'{"ts": NaN, "id"'))
+    _produce_big(s, values)
+    streamer = StreamerThread(s).start()
+    try:
+        alerts, dead = {}, {}
+
+        def settled():
+            alerts.update(_alerts_by_event(s, len(values), timeout=2))
+            for r in read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, len(values), timeout=1):
+                m = json.loads(r.value)
+                dead[m["source"]["offset"]] = m
+            return len(alerts) + len(dead) >= len(values) or not streamer.thread.is_alive()
+
+        wait_for(settled, timeout=60, every=0.5)
+        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+    finally:
+        streamer.stop()
+    assert set(valid) <= set(alerts), f"{len(set(valid) - set(alerts))} valid events never alerted"
+    for off in deep:
+        d = depths[deep.index(off)]
+        assert (f"d{d}" in alerts) != (off in dead), f"depth {d}: alerted and dead-lettered, or neither"
+        if off in dead:
+            assert dead[off]["reason"] == "invalid_json", dead[off]
+    assert all(dead.get(off, {}).get("reason") == "invalid_timestamp" for off in odd_ts), [dead.get(o) for o in odd_ts]
+    assert len(alerts) + len(dead) == len(values)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain, islice
@@ -64,7 +65,7 @@ REASONS = {
     "not_an_object": "the JSON value is not an object",
     "missing_id": "the id field is absent or null",
     "invalid_id": "the id is not a string or an integer",
-    "invalid_timestamp": "the timestamp field is not a number or a string",
+    "invalid_timestamp": "the timestamp field is not a number or a string, or is NaN or infinite",
     "schema_mismatch": "the event names a feature schema hash other than the model's",
     "missing_feature": "a model feature is absent",
     "non_numeric_feature": "a feature value is not a JSON number (strings, booleans, null, arrays, objects)",
@@ -77,6 +78,7 @@ _NUMBER = (int, float)
 _INT_EXACT = float(2**63)  # msgspec may read a float field's integer literal beyond this as a float; json.loads keeps ints
 _SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: msgspec and json.loads both parse it
 _ID, _TS, _SCHEMA = attrgetter("id"), attrgetter("ts"), attrgetter("schema")  # fields of the typed event
+_REPR = reprlib.Repr()  # quotes nested values to a bounded depth (6 levels), never recursing further
 
 
 def _is_utf8(b: bytes) -> bool:
@@ -92,6 +94,9 @@ def _is_utf8(b: bytes) -> bool:
 def _is_unicode(obj) -> bool:
     """Whether every string of a parsed JSON object (keys too) is Unicode text, encodable as UTF-8.
 
+    An object nested nearly as deep as ``json.loads`` goes is too deep for ``json.dumps``, called a few frames
+    deeper than the parse (its RecursionError stopped the streamer): it is walked by an explicit stack instead.
+
     >>> _is_unicode(json.loads('{"id": "\\\\u00e9"}')), _is_unicode(json.loads('{"id": "\\\\ud800"}'))
     (True, False)
     """
@@ -99,7 +104,49 @@ def _is_unicode(obj) -> bool:
         json.dumps(obj, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         return False
+    except RecursionError:
+        return _is_unicode_deep(obj)
     return True
+
+
+def _is_unicode_deep(obj) -> bool:
+    """``_is_unicode`` by an explicit stack, at any depth.
+
+    >>> deep = ["\\udc00"]
+    >>> for _ in range(5000):
+    ...     deep = [deep]
+    >>> _is_unicode_deep(deep), _is_unicode_deep([[{"k": "é"}]]), _is_unicode_deep({"\\ud800": 1})
+    (False, True, False)
+    """
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        t = type(o)
+        if t is dict:
+            stack.extend(o)  # the keys
+            stack.extend(o.values())
+        elif t is list:
+            stack.extend(o)
+        elif t is str:
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+    return True
+
+
+def _quote(value) -> str:
+    """At most 80 characters of an event's value, for a message. An array or object is quoted a few levels deep
+    only: ``str`` walks all of it, and raised RecursionError on one nested 1000 deep (orjson, the feature-spec
+    decoder's parser, reads 1024 levels), which stopped the streamer.
+
+    >>> deep = []
+    >>> for _ in range(5000):
+    ...     deep = [deep]
+    >>> _quote("abc"), _quote(5), _quote(["abc123"]), _quote(deep)
+    ('abc', '5', "['abc123']", '[[[[[[[...]]]]]]]')
+    """
+    return (_REPR.repr(value) if type(value) in (list, dict) else str(value))[:80]
 
 
 def event_decoder(features: list[str], id_field: str, ts_field: str, schema_field: str,
@@ -339,8 +386,10 @@ class Decoder:
         ts = o.get(self.ts_field)
         if ts is not None and type(ts) not in (str, int, float):
             return "invalid_timestamp", f"field {self.ts_field!r} is a {type(ts).__name__}"
+        if type(ts) is float and not math.isfinite(ts):  # NaN, Infinity, 1e999: no JSON number can pass it on
+            return "invalid_timestamp", f"field {self.ts_field!r} is {ts}, not a finite number"
         if self.schema_hash is not None and self.schema_field in o and o[self.schema_field] != self.schema_hash:
-            return "schema_mismatch", f"event schema {str(o[self.schema_field])[:80]!r} != model schema {self.schema_hash!r}"
+            return "schema_mismatch", f"event schema {_quote(o[self.schema_field])!r} != model schema {self.schema_hash!r}"
         return None
 
     def _diagnose(self, i: int, o: dict, rejects: list[Reject]) -> None:
