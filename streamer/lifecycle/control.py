@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -160,6 +161,44 @@ def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
     timeout = None if blocking else (redis_cfg.socket_timeout_s if hot_path else redis_cfg.command_timeout_s)
     return connect(redis_cfg.url, pw, timeout_s=timeout, connect_timeout_s=redis_cfg.connect_timeout_s,
                    health_check_interval=0 if hot_path else 30)
+
+
+def wrong_types(client, expected: dict[str, str]) -> str | None:
+    """One line naming each key of ``expected`` (key -> Redis type) that holds another type, or None.
+
+    A missing key is fine (the product creates it). Keys of the wrong type are state written by hand
+    (``redis-cli SET`` where a hash belongs) or by another program sharing ``redis.key_prefix``.
+    """
+    bad = {}
+    for key, want in expected.items():
+        have = client.type(key)
+        have = have.decode() if isinstance(have, bytes) else have
+        if have not in ("none", want):
+            bad[key] = f"Redis key {key} holds a {have}, not the {want} kdsm keeps there"
+    if not bad:
+        return None
+    return ("; ".join(bad.values()) + " (written by hand, or another program uses redis.key_prefix): look at it "
+            f"(redis-cli TYPE, DUMP), then delete it (redis-cli DEL {' '.join(bad)})")
+
+
+@contextmanager
+def expect_types(client, error: type[Exception], expected: dict[str, str]):
+    """Within: Redis's WRONGTYPE reply raises ``error`` with ``wrong_types``' line, naming the key, not a traceback.
+
+    Only on that reply (no extra round trip on the way that works); other errors pass through unchanged.
+    """
+    import redis
+
+    try:
+        yield
+    except redis.ResponseError as e:
+        if "WRONGTYPE" not in str(e):
+            raise
+        try:
+            line = wrong_types(client, expected)
+        except (redis.RedisError, OSError):
+            line = None
+        raise error(line or f"a Redis key among {', '.join(expected)} holds the wrong type: {e}") from None
 
 
 class ChannelWatcher:

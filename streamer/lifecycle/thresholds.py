@@ -12,6 +12,11 @@ listens on the channel and re-reads every ``refresh_s`` as well (a missed
 notification costs at most one period), so a change applies within about a
 second. If Redis is unreachable the last values read (or the artifact's) stay
 in force, the ``kdsm_redis_up`` gauge drops to 0 and a log line says so.
+State written by hand is never applied: a record that is not JSON with a
+finite score >= 0 (``bad_threshold_record``), or an overrides key of another
+Redis type (``bad_threshold_key``), leaves the artifact's threshold in force,
+logged once; the commands name it (``show``'s ``ignored``, one error line) and
+``reset`` removes such records.
 
 >>> effective_thresholds({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 1.5}})
 {'warning': 1.5, 'critical': 2.0}
@@ -22,6 +27,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import math
 import socket
 import threading
 import time
@@ -33,7 +39,7 @@ import redis
 from offline_train.artifact import ArtifactError, read_artifact
 from offline_train.calibrate import Calibration
 
-from .control import ChannelWatcher, Keys, connect, redis_client, require
+from .control import ChannelWatcher, Keys, connect, expect_types, redis_client, require, wrong_types
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -53,6 +59,26 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def override_score(rec) -> float | None:
+    """The score of an override record as a float, or None when it is not one a threshold can be.
+
+    A threshold is a finite number >= 0 (an anomaly score is a norm). ``NaN`` would never alert, ``inf`` neither, a
+    negative one on every event: a record written by hand (``redis-cli HSET``) with one of those is ignored.
+
+    >>> override_score({"score": 7.5}), override_score({"score": "7.5"})
+    (7.5, 7.5)
+    >>> [override_score(r) for r in ({"score": float("nan")}, {"score": "inf"}, {"score": -1}, {"score": True}, {}, 3)]
+    [None, None, None, None, None, None]
+    """
+    if not isinstance(rec, dict) or isinstance(rec.get("score"), bool):
+        return None
+    try:
+        x = float(rec["score"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
 def effective_thresholds(artifact: dict[str, float], overrides: dict[str, dict]) -> dict[str, float]:
     """Artifact thresholds with each overridden severity's score replaced."""
     out = dict(artifact)
@@ -67,6 +93,7 @@ class ThresholdStore:
 
     def __init__(self, client: redis.Redis, prefix: str = "kdsm:"):
         self.client, self.keys = client, Keys(prefix)
+        self._warned: set[tuple[str, str, str]] = set()  # bad records already logged: once each, not every refresh
 
     @property
     def channel(self) -> str:
@@ -78,29 +105,61 @@ class ThresholdStore:
     def audit_key(self, version: str) -> str:
         return self.keys.thresholds_audit(version)
 
-    def overrides(self, version: str) -> dict[str, dict]:
-        return self._parse(version, self.client.hgetall(self.key(version)))
+    def _types(self, version: str) -> dict[str, str]:
+        return {self.key(version): "hash", self.audit_key(version): "list"}
 
-    @staticmethod
-    def _parse(version: str, raw: dict) -> dict[str, dict]:
-        out = {}
+    def _check_types(self, version: str) -> None:
+        """Before a write: a key of the wrong type is a ``ThresholdError`` and nothing is written (no half change)."""
+        line = wrong_types(self.client, self._types(version))
+        if line:
+            raise ThresholdError(line)
+
+    def overrides(self, version: str) -> dict[str, dict]:
+        return self.read(version)[0]
+
+    def read(self, version: str) -> tuple[dict[str, dict], dict[str, str]]:
+        """(overrides, ignored): the usable records, and the raw text of each one that is not (logged once)."""
+        with expect_types(self.client, ThresholdError, {self.key(version): "hash"}):
+            return self._parse(version, self.client.hgetall(self.key(version)))
+
+    def _parse(self, version: str, raw: dict) -> tuple[dict[str, dict], dict[str, str]]:
+        out, ignored = {}, {}
         for sev, text in raw.items():
             try:
                 rec = json.loads(text)
-                float(rec["score"])
-                out[sev] = rec
-            except (ValueError, KeyError, TypeError):
-                log.warning({"event": "bad_threshold_record", "version": version, "severity": sev})
-        return out
+            except ValueError:
+                rec = None
+            score = override_score(rec)
+            if score is None:
+                ignored[sev] = text
+                if (version, sev, text) not in self._warned:
+                    self._warned.add((version, sev, text))
+                    log.warning({"event": "bad_threshold_record", "version": version, "severity": sev, "record": text[:200],
+                                 "why": "not JSON with a finite score >= 0",
+                                 "action": f"the artifact's threshold applies; `kdsm thresholds reset --severity {sev}` "
+                                           "removes the record"})
+                continue
+            out[sev] = {**rec, "score": score}
+        return out, ignored
 
     def audit(self, version: str, n: int = 20) -> list[dict]:
-        return [json.loads(x) for x in self.client.lrange(self.audit_key(version), 0, n - 1)]
+        """The newest ``n`` audit records; one that is not JSON is shown as ``{"unreadable": text}``."""
+        with expect_types(self.client, ThresholdError, {self.audit_key(version): "list"}):
+            raw = self.client.lrange(self.audit_key(version), 0, n - 1)
+        out = []
+        for text in raw:
+            try:
+                out.append(json.loads(text))
+            except ValueError:
+                out.append({"unreadable": text})
+        return out
 
     def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
         """Write one override as given, unchecked (tests, tools); ``ThresholdOps.set`` checks the order atomically."""
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         rec = {"score": float(score), "quantile": quantile, "set_by": by, "set_at": now}
         entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
+        self._check_types(version)
         with self.client.pipeline(transaction=True) as p:
             p.hset(self.key(version), severity, json.dumps(rec))
             p.lpush(self.audit_key(version), json.dumps(entry))
@@ -112,17 +171,19 @@ class ThresholdStore:
     def change(self, version: str, plan) -> list[dict]:
         """Read the overrides, let ``plan`` decide, write its change: atomically, against concurrent operators.
 
-        ``plan(overrides)`` returns ``(set_records, reset_severities, audit_entries)`` or raises (a refused
+        ``plan(overrides, ignored)`` (``read``'s pair) returns ``(set_records, reset_severities, audit_entries)`` or raises (a refused
         change writes nothing). The overrides key is WATCHed from the read to the write (MULTI/EXEC): if another
         operator changed it in between, the write is dropped and ``plan`` runs again on the new values, so two
         changes that each keep the order cannot together invert it.
         """
         key = self.key(version)
-        with self.client.pipeline(transaction=True) as p:
+        self._check_types(version)
+        with expect_types(self.client, ThresholdError, self._types(version)), \
+                self.client.pipeline(transaction=True) as p:
             for _ in range(CHANGE_ATTEMPTS):
                 try:
                     p.watch(key)
-                    sets, resets, entries = plan(self._parse(version, p.hgetall(key)))
+                    sets, resets, entries = plan(*self._parse(version, p.hgetall(key)))
                     p.multi()
                     if sets:
                         p.hset(key, mapping={sev: json.dumps(rec) for sev, rec in sets.items()})
@@ -162,6 +223,7 @@ class LiveThresholds:
         self._cache: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()
         self._up: bool | None = None
+        self._bad_key: dict[str, str] = {}  # version -> why its overrides key is unusable (logged once)
         self._watcher = ChannelWatcher(client, self.store.channel, period_s=refresh_s, on_message=self._changed,
                                        on_tick=self._refresh_all, on_error=self._set_down, wait_s=0.5,
                                        retry_s=min(refresh_s, 1.0), name="kdsm-thresholds")
@@ -192,6 +254,13 @@ class LiveThresholds:
     def _refresh(self, version: str) -> None:
         try:
             over = self.store.overrides(version)
+            self._bad_key.pop(version, None)
+        except ThresholdError as e:  # Redis answers, but the key holds another type: no usable override
+            if self._bad_key.get(version) != str(e):
+                log.warning({"event": "bad_threshold_key", "version": version, "error": str(e),
+                             "action": "scoring continues on the artifact's thresholds"})
+            self._bad_key[version] = str(e)
+            over = {}
         except (redis.RedisError, OSError) as e:
             self._set_up(False, e)
             return
@@ -293,16 +362,14 @@ class ThresholdOps:
         r = s.redis
         return cls(ThresholdStore(require(redis_client(r), r), r.key_prefix), model)
 
-    def _effective(self) -> tuple[dict[str, dict], dict[str, float]]:
-        over = self.store.overrides(self.model.version_)
-        return over, effective_thresholds(self.model.thresholds_, over)
-
     def show(self) -> dict:
-        over, eff = self._effective()
+        """``ignored``: records in Redis no streamer applies (not JSON with a finite score >= 0), raw."""
+        over, ignored = self.store.read(self.model.version_)
+        eff = effective_thresholds(self.model.thresholds_, over)
         cal = self.model.calibration_
         return {"version": self.model.version_, "schema_hash": self.model.schema_hash_,
                 "artifact": dict(self.model.thresholds_), "artifact_quantiles": dict(cal.quantiles),
-                "overrides": over,
+                "overrides": over, "ignored": ignored,
                 "effective": {sev: {"score": t, "quantile": round(cal.quantile_of(t), 6),
                                     "source": "redis" if sev in over else "artifact"} for sev, t in eff.items()},
                 "audit": self.store.audit(self.model.version_, 10)}
@@ -320,7 +387,7 @@ class ThresholdOps:
             raise ThresholdError(f"--score must be >= 0: an anomaly score is a norm, never negative (got {score})")
         version, by = self.model.version_, by or default_actor()
 
-        def plan(over: dict[str, dict]):
+        def plan(over: dict[str, dict], ignored: dict[str, str]):
             eff = effective_thresholds(self.model.thresholds_, over)
             check_order(self.model.thresholds_, {**eff, severity: float(score)})
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -336,15 +403,18 @@ class ThresholdOps:
         """Back to the artifact's threshold: one severity, or all. Refused if the result would break the order.
 
         Resetting one severity can leave it below a milder override (critical back to the artifact's 11.27 under a
-        warning set to 15): that is refused, naming the override to reset or set first.
+        warning set to 15): that is refused, naming the override to reset or set first. A reset of all removes every
+        record of the version, also an unreadable one (``ignored``) or one of a severity the model does not have
+        (written by hand); their audit entry's ``old`` is None (unreadable) or its score, ``new`` None (no such severity).
         """
         if severity is not None and severity not in self.model.thresholds_:
             raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(self.model.thresholds_)}")
         artifact, version, by = dict(self.model.thresholds_), self.model.version_, by or default_actor()
 
-        def plan(over: dict[str, dict]):
-            sevs = [s for s in ([severity] if severity else sorted(over)) if s in over]
-            eff = effective_thresholds(artifact, over)
+        def plan(over: dict[str, dict], ignored: dict[str, str]):
+            present = set(over) | set(ignored)
+            sevs = [s for s in ([severity] if severity else sorted(present)) if s in present]
+            eff = {**{s: float(r["score"]) for s, r in over.items()}, **effective_thresholds(artifact, over)}
             after = effective_thresholds(artifact, {s: r for s, r in over.items() if s not in sevs})
             bad = order_violation(artifact, after)
             if bad is not None:
@@ -354,8 +424,8 @@ class ThresholdOps:
                     f"resetting {', '.join(sevs)} to the artifact's threshold would put {severer} ({after[severer]:g}) "
                     f"below {milder} ({after[milder]:g}): reset {other} first, or set {other} to keep the order")
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            entries = [{"action": "reset", "severity": s, "old": eff[s], "new": artifact[s], "quantile": None, "by": by,
-                        "at": now} for s in sevs]
+            entries = [{"action": "reset", "severity": s, "old": None if s in ignored else eff[s], "new": artifact.get(s),
+                        "quantile": None, "by": by, "at": now} for s in sevs]
             return {}, sevs, entries
 
         return {"version": version, "reset": self.store.change(version, plan)}

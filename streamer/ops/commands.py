@@ -131,7 +131,9 @@ def _replay(a, settings_cls) -> int:
 
 def _thresholds(a, settings_cls) -> int:
     from streamer.lifecycle.thresholds import ArtifactCalibration, ThresholdOps
+    from streamer.pipeline.logs import setup_logging
 
+    setup_logging("WARNING")  # a record in Redis that is ignored is a JSON log line, as the streamer writes it
     s = _settings(a, settings_cls)
     ops = ThresholdOps.from_settings(s, ArtifactCalibration.read(_model_path(a, s)))
     if a.action == "show":

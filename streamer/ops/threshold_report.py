@@ -133,6 +133,9 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     r = settings.redis
     try:
         over = ThresholdStore(redis_client(r), r.key_prefix).overrides(model.version_)
+    except ThresholdError as e:  # the overrides key holds another Redis type: the streamers use the artifact's too
+        log.warning({"event": "report_bad_threshold_key", "error": str(e), "action": "using the artifact's thresholds"})
+        return dict(model.thresholds_), "artifact (the overrides key is unusable)"
     except (redis.RedisError, OSError) as e:
         log.warning({"event": "report_redis_unreachable", "error": str(e), "action": "using the artifact's thresholds"})
         return dict(model.thresholds_), "artifact (Redis unreachable)"
