@@ -40,7 +40,7 @@ import numpy as np
 from offline_train import storage
 from offline_train.artifact import METADATA, ArtifactError, artifact_exists, publish_artifact
 
-from .control import ChannelWatcher, Keys, redis_client
+from .control import ChannelWatcher, Keys, expect_types, redis_client
 from .metrics import LifecycleMetrics
 
 # The detector (torch, scikit-learn) is imported where a model is loaded, so commands that only read the registry
@@ -140,6 +140,14 @@ class ModelRegistry:
         return cls(client or redis_client(settings.redis), ArtifactStore(settings.registry.store_dir),
                    settings.redis.key_prefix)
 
+    def _state(self, *versions: str, lock: bool = False):
+        """Within: a registry key of the wrong Redis type (written by hand) is a ``RegistryError`` naming it."""
+        expected = {self.keys.pointers: "hash", self.keys.versions: "zset", self.keys.log: "stream",
+                    **{self.keys.version(v): "string" for v in versions}}
+        if lock:
+            expected[self.keys.lock] = "string"
+        return expect_types(self.r, RegistryError, expected)
+
     # ------------------------------------------------------------ versions
     def add(self, model_dir: str | os.PathLike, meta: dict | None = None) -> str:
         """Copy an artifact into the store and register it; returns its version (from its metadata).
@@ -166,10 +174,11 @@ class ModelRegistry:
 
     def register(self, version: str, meta: dict) -> None:
         created = time.time()
-        pipe = self.r.pipeline()
-        pipe.set(self.keys.version(version), json.dumps({"version": version, **meta}, default=str))
-        pipe.zadd(self.keys.versions, {version: created}, nx=True)
-        pipe.execute()
+        with self._state(version):
+            pipe = self.r.pipeline()
+            pipe.set(self.keys.version(version), json.dumps({"version": version, **meta}, default=str))
+            pipe.zadd(self.keys.versions, {version: created}, nx=True)
+            pipe.execute()
 
     def update(self, version: str, **fields) -> dict:
         meta = self.get(version)
@@ -180,26 +189,54 @@ class ModelRegistry:
         return meta
 
     def get(self, version: str) -> dict | None:
-        raw = self.r.get(self.keys.version(version))
-        return json.loads(raw) if raw else None
+        """The version's metadata, None if it is not registered; an entry that is not a JSON object is a ``RegistryError``."""
+        key = self.keys.version(version)
+        with self._state(version):
+            raw = self.r.get(key)
+        if raw is None:
+            return None
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            try:
+                again = f" and register its artifact again (kdsm models add --model {self.store.location(version)})"
+            except RegistryError:  # not a name a version can have
+                again = ""
+            raise RegistryError(f"the registry entry of version {version!r} ({key}) is not a JSON object: {raw[:80]!r} "
+                                f"(written by hand?): delete it (redis-cli DEL {key}){again}")
+        return meta
 
     def list(self) -> list[dict]:
-        """Registered versions, newest first, each with ``current`` / ``previous`` flags."""
+        """Registered versions, newest first, each with ``current`` / ``previous`` flags.
+
+        A version whose entry is unreadable is listed as ``{"version", "status": "unreadable", "error"}``: one bad
+        entry does not hide the others.
+        """
         ptr = self.pointers()
         out = []
-        for v in self.r.zrevrange(self.keys.versions, 0, -1):
-            meta = self.get(v) or {"version": v}
+        with self._state():
+            versions = self.r.zrevrange(self.keys.versions, 0, -1)
+        for v in versions:
+            try:
+                meta = self.get(v) or {"version": v}
+            except RegistryError as e:
+                log.warning({"event": "registry_entry_unreadable", "version": v, "error": str(e)})
+                meta = {"version": v, "status": "unreadable", "error": str(e)}
             meta["current"], meta["previous"] = v == ptr["current"], v == ptr["previous"]
             out.append(meta)
         return out
 
     # ------------------------------------------------------------ pointers
     def pointers(self) -> dict[str, str | None]:
-        h = self.r.hgetall(self.keys.pointers)
+        with self._state():
+            h = self.r.hgetall(self.keys.pointers)
         return {"current": h.get("current") or None, "previous": h.get("previous") or None}
 
     def current_version(self) -> str | None:
-        return self.r.hget(self.keys.pointers, "current") or None
+        with self._state():
+            return self.r.hget(self.keys.pointers, "current") or None
 
     def promote(self, version: str, reason: str = "manual", force: bool = False,
                 lock_token: str | bytes | None = None) -> tuple[str | None, str]:
@@ -217,10 +254,13 @@ class ModelRegistry:
         if not self.store.exists(version):
             raise RegistryError(f"version {version} has no artifact in the store ({self.store.location(version)})")
         if meta.get("status") == "rejected" and not force:
-            raise RegistryError(f"version {version} failed the validation gate ({meta.get('gate', {}).get('reason')}); use --force to promote anyway")
+            gate = meta.get("gate")
+            why = gate.get("reason") if isinstance(gate, dict) else gate
+            raise RegistryError(f"version {version} failed the validation gate ({why}); use --force to promote anyway")
         was = self.current_version()
-        res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
-                            args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
+        with self._state(lock=bool(lock_token)):
+            res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
+                                args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
         if not res:
             raise LockLost(f"{self.keys.lock} is no longer held by this retrain: version {version} not promoted")
         prev, new = res
@@ -230,13 +270,15 @@ class ModelRegistry:
 
     def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
         """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""
-        res = self._rollback(keys=[self.keys.pointers, self.keys.log], args=[self.keys.channel, reason, _now_iso()])
+        with self._state():
+            res = self._rollback(keys=[self.keys.pointers, self.keys.log], args=[self.keys.channel, reason, _now_iso()])
         if not res:
             raise RegistryError("nothing to roll back to: no previous version")
         return (res[0] or None), res[1]
 
     def history(self, count: int = 20) -> list[dict]:
-        return [fields for _, fields in self.r.xrevrange(self.keys.log, count=count)]
+        with self._state():
+            return [fields for _, fields in self.r.xrevrange(self.keys.log, count=count)]
 
 
 class RegistryModelProvider:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import socket
 import time
 
-from .registry import ModelRegistry
+from .control import expect_types
+from .registry import ModelRegistry, RegistryError
 
 
 def request_retrain(registry: ModelRegistry, reason: str = "manual", by: str | None = None) -> str:
-    """Append a retrain request; returns its stream id."""
-    return registry.r.xadd(registry.keys.requests, {"reason": reason, "by": by or socket.gethostname(),
-                                                   "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                           maxlen=10000, approximate=True)
+    """Append a retrain request; returns its stream id. A request key of another Redis type is a ``RegistryError``."""
+    with expect_types(registry.r, RegistryError, {registry.keys.requests: "stream"}):
+        return registry.r.xadd(registry.keys.requests, {"reason": reason, "by": by or socket.gethostname(),
+                                                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                               maxlen=10000, approximate=True)

@@ -62,6 +62,7 @@ from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
+from .control import expect_types
 from .metrics import LifecycleMetrics
 from .registry import LockLost, ModelRegistry, RegistryError
 
@@ -237,9 +238,7 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
     lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
     started = time.time()
     if not lock.acquire():
-        holder = "another retrain"
-        res = RetrainResult("locked", reason=f"{holder} holds {registry.keys.lock}; nothing to do")
-        log.info({"event": "retrain_locked", "reason": res.reason})
+        res = _not_acquired(registry)
     else:
         try:
             try:
@@ -265,6 +264,28 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
         log.warning({"event": "retrain_record_failed", "error": str(e)})
     (log.info if res.status in ("promoted", "registered", "locked") else log.error)(
         {"event": "retrain_finished", "status": res.status, "version": res.version, "reason": res.reason})
+    return res
+
+
+def _not_acquired(registry: ModelRegistry) -> RetrainResult:
+    """The lock was taken: by another retrain (``locked``), or by a key that never expires (``failed``).
+
+    A retrain's lock always expires (``SET NX PX``, renewed while it runs). A lock key without an expiry was written
+    by hand (or by another program under ``redis.key_prefix``) and would answer ``locked``, exit 0, to every retrain
+    for ever: that is a failure, naming the key to delete.
+    """
+    key = registry.keys.lock
+    try:
+        never_expires = registry.r.pttl(key) == -1
+    except Exception:  # noqa: BLE001 - Redis blip: the common case, another retrain
+        never_expires = False
+    if never_expires:
+        res = RetrainResult("failed", reason=f"{key} exists without an expiry, so it is no retrain's lock (written by "
+                                             f"hand?) and would block every retrain: delete it (redis-cli DEL {key})")
+        log.error({"event": "retrain_lock_never_expires", "key": key, "reason": res.reason})
+        return res
+    res = RetrainResult("locked", reason=f"another retrain holds {key}; nothing to do")
+    log.info({"event": "retrain_locked", "reason": res.reason})
     return res
 
 
@@ -396,7 +417,15 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     and, once pending longer than ``stale_after_s``, any other watcher's. A
     run's requests are acknowledged before it releases the lock; recovered
     requests whose run finds the lock taken stay pending and are tried again.
+
+    A request key of another Redis type (written by hand) is a ``RegistryError`` naming it, not a traceback.
     """
+    with expect_types(blocking_client, RegistryError, {registry.keys.requests: "stream"}):
+        return _watch(settings, registry, blocking_client, stop, max_runs, consumer, metrics)
+
+
+def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None, max_runs: int | None,
+           consumer: str | None, metrics: LifecycleMetrics | None) -> list[RetrainResult]:
     stop = stop or threading.Event()
     stream, consumer = registry.keys.requests, consumer or socket.gethostname()
     try:

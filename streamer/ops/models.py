@@ -61,6 +61,12 @@ def _registry(s):
     return ModelRegistry.from_settings(s, client=require(redis_client(s.redis), s.redis))
 
 
+def _part(meta: dict, field: str, key: str):
+    """``meta[field][key]``, or None where the entry (edited by hand) has no such object."""
+    sub = meta.get(field)
+    return sub.get(key) if isinstance(sub, dict) else None
+
+
 def _print(obj) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     print()
@@ -90,11 +96,15 @@ def _retrain(a, settings_cls) -> int:
 
 
 def _models(a, settings_cls) -> int:
+    from streamer.pipeline.logs import setup_logging
+
+    setup_logging("WARNING")  # an unreadable registry entry that `list` skips is a JSON log line
     s = load_settings(settings_cls, a.config)
     reg = _registry(s)
     if a.action == "list":
         _print([{k: m.get(k) for k in ("version", "created", "status", "current", "previous", "trigger")}
-                | {"gate": (m.get("gate") or {}).get("passed"), "rows": (m.get("data_window") or {}).get("rows")}
+                | {"gate": _part(m, "gate", "passed"), "rows": _part(m, "data_window", "rows")}
+                | ({"error": m["error"]} if "error" in m else {})
                 for m in reg.list()])
     elif a.action == "show":
         meta = reg.get(a.version)

@@ -1,0 +1,242 @@
+"""Bad state in the Redis control plane, against a real Redis: what an operator may write by hand with redis-cli.
+
+A threshold record that is no threshold, a key of the wrong Redis type, a damaged registry entry, a lock that never
+expires: the streamer keeps scoring on a safe value (and says so once), the commands answer in one line, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+import yaml
+
+from offline_train.detector import KDSM
+from streamer.config import Settings
+from streamer.lifecycle.control import connect
+from streamer.lifecycle.registry import ModelRegistry, RegistryError
+from streamer.lifecycle.thresholds import LiveThresholds
+from streamer.ops.cli import main as kdsm
+
+pytestmark = pytest.mark.integration
+
+# Written by hand: no number, NaN (never alerts), inf (never alerts), negative (alerts on every event), a boolean.
+NO_THRESHOLD = ["7.5 please", '{"score": NaN}', '{"score": "nan"}', '{"score": "inf"}', '{"score": 1e999}',
+                '{"score": -5}', '{"score": true}', '{"score": ""}', "[1]", ""]
+
+
+@pytest.fixture
+def model(tiny_model_dir):
+    return KDSM.load(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture
+def prefix(unique) -> str:
+    return f"state-{unique}:"
+
+
+@pytest.fixture
+def config(tmp_path, redis_url, prefix) -> str:
+    p = tmp_path / "kdsm.yaml"
+    p.write_text(yaml.safe_dump({"redis": {"url": redis_url, "key_prefix": prefix},
+                                 "registry": {"store_dir": str(tmp_path / "store")}}))
+    return str(p)
+
+
+def _strict_json(text: str):
+    """JSON as other tools read it: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise ValueError(f"{name} in the output")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _one_line_error(capsys, argv: list[str], code: int = 2) -> str:
+    capsys.readouterr()  # what came before
+    assert kdsm(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.events: list[dict] = []
+
+    def emit(self, record):
+        if isinstance(record.msg, dict):
+            self.events.append(record.msg)
+
+
+# ---------------------------------------------------------------------- thresholds
+def test_a_threshold_record_that_is_no_threshold_is_ignored_by_streamers_and_commands(redis_client, redis_url, prefix,
+                                                                                        config, tiny_model_dir, model,
+                                                                                        capsys):
+    key = f"{prefix}thresholds:{model.version_}"
+    for text in NO_THRESHOLD:
+        redis_client.delete(key)
+        redis_client.hset(key, "warning", text)
+        # A streamer that starts now reads it: the artifact's threshold applies, not NaN, inf or -5.
+        assert LiveThresholds(redis_url, prefix=prefix).get(model)["warning"] == model.thresholds_["warning"], text
+        assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", config]) == 0
+        shown = _strict_json(capsys.readouterr().out)
+        assert shown["effective"]["warning"]["source"] == "artifact", text
+        assert shown["ignored"] == {"warning": text} and shown["overrides"] == {}
+    # A usable record still applies, and a number written as a string is one.
+    redis_client.hset(key, "warning", json.dumps({"score": str(model.thresholds_["critical"])}))
+    assert LiveThresholds(redis_url, prefix=prefix).get(model)["warning"] == model.thresholds_["critical"]
+
+
+def test_a_bad_threshold_record_is_logged_once_not_at_every_refresh(redis_client, redis_url, prefix, model):
+    redis_client.hset(f"{prefix}thresholds:{model.version_}", "warning", '{"score": NaN}')
+    seen = _Records()
+    logging.getLogger("kdsm.thresholds").addHandler(seen)
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.1).start()
+    try:
+        live.get(model)
+        time.sleep(1.0)  # about ten refreshes
+    finally:
+        live.stop()
+        logging.getLogger("kdsm.thresholds").removeHandler(seen)
+    bad = [e for e in seen.events if e.get("event") == "bad_threshold_record"]
+    assert len(bad) == 1 and bad[0]["severity"] == "warning"
+
+
+def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lacks(redis_client, prefix, config,
+                                                                                   tiny_model_dir, model, capsys):
+    key = f"{prefix}thresholds:{model.version_}"
+    base = ["--model", str(tiny_model_dir), "--config", config]
+    redis_client.hset(key, mapping={"warning": '{"score": NaN}', "critical": "oops", "warnin": '{"score": 5}'})
+    assert kdsm(["thresholds", "reset", *base, "--severity", "warning"]) == 0
+    out = _strict_json(capsys.readouterr().out)
+    assert [(e["severity"], e["old"]) for e in out["reset"]] == [("warning", None)]
+    assert sorted(redis_client.hkeys(key)) == ["critical", "warnin"]
+    assert kdsm(["thresholds", "reset", *base]) == 0  # all: also the typo'd severity and the unreadable record
+    out = _strict_json(capsys.readouterr().out)
+    assert {e["severity"]: (e["old"], e["new"]) for e in out["reset"]} == {
+        "critical": (None, model.thresholds_["critical"]), "warnin": (5.0, None)}
+    assert redis_client.hgetall(key) == {}
+
+
+def test_threshold_keys_of_the_wrong_type(redis_client, redis_url, prefix, config, tiny_model_dir, model, capsys):
+    key, audit = f"{prefix}thresholds:{model.version_}", f"{prefix}thresholds:{model.version_}:audit"
+    base = ["--model", str(tiny_model_dir), "--config", config]
+    redis_client.set(key, "hello")
+    for argv in (["show"], ["set", "--severity", "warning", "--score", "50"], ["reset"]):
+        err = _one_line_error(capsys, ["thresholds", argv[0], *base, *argv[1:]])
+        assert key in err and "holds a string, not the hash" in err and f"redis-cli DEL {key}" in err
+    assert redis_client.get(key) == "hello"  # nothing overwritten
+    # A streamer: Redis answers (not "redis_down"), the overrides are unusable, the artifact's thresholds apply.
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.2).start()
+    try:
+        assert live.get(model) == model.thresholds_ and live.redis_up
+    finally:
+        live.stop()
+    # The report says which thresholds it used, and why.
+    from streamer.ops.threshold_report import current_thresholds
+
+    s = Settings()
+    s.redis.url, s.redis.key_prefix = redis_url, prefix
+    assert current_thresholds(s, model) == (model.thresholds_, "artifact (the overrides key is unusable)")
+
+    # The audit list of the wrong type: the change is refused before anything is written (no unaudited change).
+    redis_client.delete(key)
+    redis_client.set(audit, "x")
+    err = _one_line_error(capsys, ["thresholds", "set", *base, "--severity", "critical", "--score", "50"])
+    assert audit in err and "not the list" in err
+    assert redis_client.hgetall(key) == {}
+    # An audit record that is not JSON is shown as it is, not a traceback.
+    redis_client.delete(audit)
+    redis_client.lpush(audit, "garbage")
+    assert kdsm(["thresholds", "set", *base, "--severity", "critical", "--score", "50", "--by", "ann"]) == 0
+    capsys.readouterr()
+    assert kdsm(["thresholds", "show", *base]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [a.get("by", a.get("unreadable")) for a in shown["audit"]] == ["ann", "garbage"]
+
+
+# ---------------------------------------------------------------------- registry
+@pytest.fixture
+def registered(redis_url, prefix, tmp_path, tiny_model_dir):
+    from streamer.lifecycle.registry import ArtifactStore
+
+    reg = ModelRegistry(connect(redis_url), ArtifactStore(tmp_path / "store"), prefix)
+    v = reg.add(tiny_model_dir)
+    reg.promote(v)
+    return reg, v
+
+
+@pytest.mark.parametrize("text", ["garbage", "5", "[1, 2]", '"str"', "null", ""])
+def test_a_damaged_registry_entry_is_one_line_and_does_not_hide_the_others(registered, redis_client, config, capsys,
+                                                                            text):
+    reg, v = registered
+    reg.register("other", {"status": "registered"})
+    key = reg.keys.version(v)
+    redis_client.set(key, text)
+    assert kdsm(["models", "list", "--config", config]) == 0
+    listed = {m["version"]: m for m in json.loads(capsys.readouterr().out)}
+    assert listed["other"]["status"] == "registered"
+    assert listed[v]["status"] == "unreadable" and key in listed[v]["error"] and listed[v]["current"]
+    for argv in (["show", v], ["promote", v]):
+        err = _one_line_error(capsys, ["models", *argv, "--config", config])
+        assert key in err and "not a JSON object" in err and f"redis-cli DEL {key}" in err
+    # The repair the line names works.
+    redis_client.delete(key)
+    assert kdsm(["models", "add", "--config", config, "--model", str(reg.store.location(v))]) == 0
+    capsys.readouterr()
+    assert reg.get(v)["version"] == v
+
+
+def test_registry_fields_of_the_wrong_shape_are_listed(registered, redis_client, config, capsys):
+    reg, v = registered
+    redis_client.set(reg.keys.version(v), json.dumps({"version": v, "status": "rejected", "gate": "no", "data_window": 7}))
+    assert kdsm(["models", "list", "--config", config]) == 0
+    (m,) = json.loads(capsys.readouterr().out)
+    assert m["gate"] is None and m["rows"] is None
+    err = _one_line_error(capsys, ["models", "promote", v, "--config", config])
+    assert "validation gate (no)" in err
+
+
+@pytest.mark.parametrize("which,kind", [("pointers", "hash"), ("versions", "zset"), ("log", "stream")])
+def test_registry_keys_of_the_wrong_type(registered, redis_client, config, capsys, which, kind):
+    reg, v = registered
+    key = getattr(reg.keys, which)
+    redis_client.delete(key)
+    redis_client.set(key, "x")
+    argvs = {"pointers": [["list"], ["promote", v], ["rollback"]], "versions": [["list"]],
+             "log": [["promote", v, "--force"]]}[which]
+    if which == "log":
+        redis_client.hset(reg.keys.pointers, "current", "")  # so that the promote moves the pointer and logs it
+    for argv in argvs:
+        err = _one_line_error(capsys, ["models", *argv, "--config", config])
+        assert f"Redis key {key} holds a string, not the {kind}" in err
+    with pytest.raises(RegistryError, match=key):
+        reg.list() if which != "log" else reg.history()
+
+
+# ---------------------------------------------------------------------- retrain
+def test_a_request_stream_of_the_wrong_type_is_one_line(redis_client, config, prefix, capsys):
+    key = f"{prefix}retrain:requests"
+    redis_client.set(key, "x")
+    for argv in (["--request"], ["--watch", "--max-runs", "1"]):
+        err = _one_line_error(capsys, ["retrain", *argv, "--config", config])
+        assert f"Redis key {key} holds a string, not the stream" in err
+    assert redis_client.get(key) == "x"
+
+
+@pytest.mark.parametrize("write", ["string", "hash"])
+def test_a_lock_key_that_never_expires_fails_the_retrain_instead_of_skipping_it_for_ever(redis_client, config, prefix,
+                                                                                          capsys, write):
+    key = f"{prefix}retrain:lock"
+    (redis_client.set(key, "held by hand") if write == "string" else redis_client.hset(key, "a", "b"))
+    assert kdsm(["retrain", "--config", config, "--log-level", "ERROR"]) == 1
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "failed" and f"redis-cli DEL {key}" in res["reason"]
+    # A lock that expires is another retrain's: nothing to do, exit 0.
+    redis_client.delete(key)
+    redis_client.set(key, "token", px=60_000)
+    assert kdsm(["retrain", "--config", config, "--log-level", "ERROR"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "locked"
