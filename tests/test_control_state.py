@@ -240,3 +240,50 @@ def test_a_lock_key_that_never_expires_fails_the_retrain_instead_of_skipping_it_
     redis_client.set(key, "token", px=60_000)
     assert kdsm(["retrain", "--config", config, "--log-level", "ERROR"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "locked"
+
+
+def test_promote_refuses_a_damaged_artifact(registered, redis_client, config, capsys):
+    """A damaged current version would leave a streamer that starts without a fallback with no model to serve."""
+    reg, v = registered
+    reg.register("damaged", {"status": "registered"})
+    reg.store.put("damaged", reg.store.location(v))
+    with open(reg.store.location("damaged") / "weights.safetensors", "ab") as f:
+        f.write(b"x")
+    err = _one_line_error(capsys, ["models", "promote", "damaged", "--force", "--config", config])
+    assert "damaged" in err and "checksum" in err
+    assert reg.pointers()["current"] == v
+
+
+def test_a_retrain_request_with_an_id_in_the_future_waits_request_delay_s_not_for_ever(redis_client, config, prefix,
+                                                                                         capsys, monkeypatch):
+    redis_client.xadd(f"{prefix}retrain:requests", {"reason": "by hand"}, id="99999999999999-0")
+    monkeypatch.setenv("KDSM_RETRAIN__REQUEST_DELAY_S", "0.5")
+    t0 = time.monotonic()
+    assert kdsm(["retrain", "--watch", "--max-runs", "1", "--config", config, "--log-level", "ERROR"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert run["status"] == "failed"  # it ran (and had nothing to train on here)
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_drift_cooldown_key_without_expiry_does_not_silence_drift_for_ever(redis_client, unique):
+    import numpy as np
+
+    from streamer.lifecycle.archive import example_batch
+    from streamer.lifecycle.config import DriftConfig
+    from streamer.lifecycle.control import Keys
+    from streamer.lifecycle.drift import DriftSink
+
+    keys = Keys(f"drift-{unique}:")
+    redis_client.set(keys.drift_cooldown, "set by hand")  # no expiry: no streamer wrote it
+    now = [0.0]
+    sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50,
+                                 cooldown_s=60), redis=redis_client, keys=keys, clock=lambda: now[0])
+    b = example_batch(60)
+    b.severities = np.array(["warning"] * 60)  # every row alerts: far above the calibrated 1 %
+    assert sink.on_committed(b) is not None
+    assert redis_client.xlen(keys.drift) == 1 and redis_client.get(keys.drift_cooldown) == "set by hand"
+    # A streamer's cooldown (with its expiry) still suppresses, fleet-wide.
+    redis_client.set(keys.drift_cooldown, "another streamer", px=60_000)
+    now[0] += 1000  # past this process's own cooldown
+    assert sink.on_committed(b) is None
+    assert redis_client.xlen(keys.drift) == 1

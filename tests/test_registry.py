@@ -85,7 +85,10 @@ def test_provider_swaps_on_notify_and_refuses_bad_artifacts(registry, tiny_model
         (bad_dir / "metadata.json").write_text(json.dumps(meta))  # checksum no longer matches
         registry.store.put("corrupt-1", bad_dir)
         registry.register("corrupt-1", {"status": "registered"})
-        registry.promote("corrupt-1")
+        with pytest.raises(RegistryError, match="damaged"):  # promote checks the artifact: by hand, as an operator might
+            registry.promote("corrupt-1")
+        registry.r.hset(registry.keys.pointers, "current", "corrupt-1")
+        registry.r.publish(registry.keys.channel, "corrupt-1")
         assert not prov.wait_for("corrupt-1", timeout=3)
         assert prov.current().version_ == v2 and "corrupt-1" in prov.refused
 

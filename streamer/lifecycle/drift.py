@@ -124,6 +124,7 @@ class DriftSink:
         self.clock = clock
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.cooldown_until = 0.0
+        self._said_never_expires = False
         self.events: list[dict] = []
         self.version: str | None = None
         self.reset()
@@ -235,6 +236,8 @@ class DriftSink:
             except Exception as e:  # Redis down: fall back to the local cooldown only
                 log.warning({"event": "drift_cooldown_key_failed", "error": str(e)})
                 ok = True
+            if not ok and self._cooldown_never_expires():
+                ok = True  # not a cooldown: it would silence drift, and the retrains it asks for, for ever
             if not ok:
                 self.metrics.drift_suppressed.labels("fleet").inc()
                 log.info({"event": "drift_suppressed", "scope": "fleet", "version": batch.model_version,
@@ -254,6 +257,21 @@ class DriftSink:
         self.events.append(event)
         self._restart_detector()
         return event
+
+    def _cooldown_never_expires(self) -> bool:
+        """The fleet cooldown key exists without an expiry: written by hand, not by a streamer (``SET NX PX``).
+
+        Logged once per process; the key is left as it is (an operator's), and this process keeps its local cooldown.
+        """
+        try:
+            never = self.redis.pttl(self.keys.drift_cooldown) == -1
+        except Exception:  # noqa: BLE001 - Redis blip: treat it as a streamer's cooldown
+            return False
+        if never and not self._said_never_expires:
+            self._said_never_expires = True
+            log.warning({"event": "drift_cooldown_key_never_expires", "key": self.keys.drift_cooldown,
+                         "action": f"ignored: drift events are published; delete it (redis-cli DEL {self.keys.drift_cooldown})"})
+        return never
 
     def _restart_detector(self) -> None:
         # Start afresh on the new regime; the model version stays, so no new warm-up.

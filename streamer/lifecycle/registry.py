@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from offline_train import storage
-from offline_train.artifact import METADATA, ArtifactError, artifact_exists, publish_artifact
+from offline_train.artifact import (
+    METADATA,
+    ArtifactError,
+    artifact_exists,
+    publish_artifact,
+    read_artifact,
+)
 
 from .control import ChannelWatcher, Keys, expect_types, redis_client
 from .metrics import LifecycleMetrics
@@ -244,7 +250,9 @@ class ModelRegistry:
 
         Promoting the version that is already current changes nothing (the
         previous pointer stays what rollback goes back to). Refuses unknown,
-        missing or gate-rejected versions. With ``lock_token`` (the retrain
+        missing, damaged (checksums, read without loading the model) or
+        gate-rejected versions: a streamer that starts would find no model to
+        load in a damaged current one. With ``lock_token`` (the retrain
         lock's), the pointers move only if ``<p>retrain:lock`` still holds that
         token, checked in the same Lua step: else ``LockLost``, nothing moved.
         """
@@ -253,6 +261,10 @@ class ModelRegistry:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
         if not self.store.exists(version):
             raise RegistryError(f"version {version} has no artifact in the store ({self.store.location(version)})")
+        try:
+            read_artifact(self.store.location(version), arrays="numpy")
+        except (ArtifactError, OSError) as e:
+            raise RegistryError(f"version {version} is damaged in the store, not promoted: {e}") from None
         if meta.get("status") == "rejected" and not force:
             gate = meta.get("gate")
             why = gate.get("reason") if isinstance(gate, dict) else gate

@@ -461,7 +461,10 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
         if fresh:
             # Let data of the new regime reach closed archive files before training on it.
             newest_ms = max(int(mid.split("-")[0]) for mid, _ in fresh)
-            if stop.wait(max(0.0, newest_ms / 1000 + settings.retrain.request_delay_s - time.time())):
+            # At most request_delay_s: a request id in the future (XADD with an id by hand, a Redis clock ahead) would
+            # wait past any timeout (OverflowError) or for ever.
+            delay = settings.retrain.request_delay_s
+            if stop.wait(min(delay, max(0.0, newest_ms / 1000 + delay - time.time()))):
                 break  # not acknowledged: the next watcher (or this one restarted) takes them
             start_ms = int(time.time() * 1000)
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
