@@ -486,10 +486,10 @@ def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLi
         _CURRENT_FILE.pop(cls, None)
 
 
-def _error_lines(e: ValidationError, section: str = "") -> str:
+def _error_lines(e: ValidationError) -> str:
     lines = []
     for err in e.errors():
-        where = ".".join(str(p) for p in (section, *err["loc"]) if p) or "(top level)"
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         lines.append(f"  {where}: {msg}")
     return "\n".join(lines)

@@ -369,7 +369,10 @@ BAD_BENCH_ARGUMENTS = [
     # a user error names the benchmark, not "kdsm bench"
     (["bench", "compare", "missing.csv", "--setting", "semi"], "kdsm bench compare: error: no such results file"),
     # a usage error is one line that says where the usage is (argparse printed the usage block first)
-    (["bench", "train", "--bogus"], "kdsm: error: unrecognized arguments: --bogus (`kdsm --help` shows the usage)"),
+    (["bench", "train", "--bogus"],
+     "kdsm bench train: error: unrecognized arguments: --bogus (`kdsm bench train --help` shows the usage)"),
+    (["thresholds", "show", "--bogus"],
+     "kdsm thresholds show: error: unrecognized arguments: --bogus (`kdsm thresholds show --help` shows the usage)"),
     (["bench", "compare", "--setting", "semi"], "kdsm bench compare: error: the following arguments are required: csv"),
     (["demo", "--workdir", "afile"], "expected a folder"),
     (["demo", "--workdir", "afile/sub"], "expected a folder"),

@@ -83,6 +83,23 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        # argparse hands a subcommand's unknown flags up to the top parser, whose error would point at `kdsm --help`,
+        # which does not list them: the subcommand that got them reports them.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost subcommand's parser that ``parsed`` went through (``kdsm thresholds show``'s, say)."""
+        parser = self
+        while True:
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None or getattr(parsed, sub.dest, None) not in sub.choices:
+                return parser
+            parser = sub.choices[getattr(parsed, sub.dest)]
+
 
 def build_parser(benches: bool = True) -> argparse.ArgumentParser:
     """The whole ``kdsm`` parser; ``benches=False`` leaves ``kdsm bench``'s (heavy) subcommands out."""

@@ -78,6 +78,7 @@ _NUMBER = (int, float)
 _INT_EXACT = float(2**63)  # msgspec may read a float field's integer literal beyond this as a float; json.loads keeps ints
 _SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: msgspec and json.loads both parse it
 _ID, _TS, _SCHEMA = attrgetter("id"), attrgetter("ts"), attrgetter("schema")  # fields of the typed event
+_isfinite = math.isfinite
 _REPR = reprlib.Repr()  # quotes nested values to a bounded depth (6 levels), never recursing further
 
 
@@ -384,10 +385,11 @@ class Decoder:
         if type(eid) not in (str, int):
             return "invalid_id", f"field {self.id_field!r} is a {type(eid).__name__}, expected a string or integer"
         ts = o.get(self.ts_field)
-        if ts is not None and type(ts) not in (str, int, float):
-            return "invalid_timestamp", f"field {self.ts_field!r} is a {type(ts).__name__}"
-        if type(ts) is float and not math.isfinite(ts):  # NaN, Infinity, 1e999: no JSON number can pass it on
-            return "invalid_timestamp", f"field {self.ts_field!r} is {ts}, not a finite number"
+        if ts is not None and type(ts) not in (str, int):  # the common times cost one test
+            if type(ts) is not float:
+                return "invalid_timestamp", f"field {self.ts_field!r} is a {type(ts).__name__}"
+            if not _isfinite(ts):  # NaN, Infinity, 1e999: no JSON number can pass it on
+                return "invalid_timestamp", f"field {self.ts_field!r} is {ts}, not a finite number"
         if self.schema_hash is not None and self.schema_field in o and o[self.schema_field] != self.schema_hash:
             return "schema_mismatch", f"event schema {_quote(o[self.schema_field])!r} != model schema {self.schema_hash!r}"
         return None
