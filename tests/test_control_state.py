@@ -23,9 +23,16 @@ from streamer.ops.cli import main as kdsm
 
 pytestmark = pytest.mark.integration
 
-# Written by hand: no number, NaN (never alerts), inf (never alerts), negative (alerts on every event), a boolean.
+# Written by hand: no number, NaN (never alerts), inf (never alerts), negative (alerts on every event), a boolean,
+# bytes that are not UTF-8 (the client decodes replies as UTF-8: UnicodeDecodeError), JSON with such bytes in it.
+NOT_UTF8 = b"\xff\xfe"
 NO_THRESHOLD = ["7.5 please", '{"score": NaN}', '{"score": "nan"}', '{"score": "inf"}', '{"score": 1e999}',
-                '{"score": -5}', '{"score": true}', '{"score": ""}', "[1]", ""]
+                '{"score": -5}', '{"score": true}', '{"score": ""}', "[1]", "", NOT_UTF8, b'{"score": 5, "by": "\xff"}']
+
+
+def _as_shown(value) -> str:
+    """A value written with redis-cli as kdsm shows it: bytes that are not UTF-8 as U+FFFD."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 @pytest.fixture
@@ -84,7 +91,15 @@ def test_a_threshold_record_that_is_no_threshold_is_ignored_by_streamers_and_com
         assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", config]) == 0
         shown = _strict_json(capsys.readouterr().out)
         assert shown["effective"]["warning"]["source"] == "artifact", text
-        assert shown["ignored"] == {"warning": text} and shown["overrides"] == {}
+        why = "not UTF-8" if isinstance(text, bytes) else "not JSON with a finite score >= 0"
+        assert shown["ignored"] == {"warning": {"record": _as_shown(text), "why": why}} and shown["overrides"] == {}
+        # A change reads the same record: set and reset go on around it.
+        capsys.readouterr()
+        assert kdsm(["thresholds", "set", "--model", str(tiny_model_dir), "--config", config, "--severity", "critical",
+                     "--score", str(model.thresholds_["critical"])]) == 0, text
+        assert kdsm(["thresholds", "reset", "--model", str(tiny_model_dir), "--config", config]) == 0, text
+        capsys.readouterr()
+        assert redis_client.hgetall(key) == {}
     # A usable record still applies, and a number written as a string is one.
     redis_client.hset(key, "warning", json.dumps({"score": str(model.thresholds_["critical"])}))
     assert LiveThresholds(redis_url, prefix=prefix).get(model)["warning"] == model.thresholds_["critical"]
@@ -105,20 +120,96 @@ def test_a_bad_threshold_record_is_logged_once_not_at_every_refresh(redis_client
     assert len(bad) == 1 and bad[0]["severity"] == "warning"
 
 
+def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_client, redis_url, prefix, model):
+    """At start-up (the first, synchronous read) it raised UnicodeDecodeError: the streamer crashed, every restart too;
+    while running, each refresh read as redis_down (kdsm_redis_up 0)."""
+    key = f"{prefix}thresholds:{model.version_}"
+    redis_client.hset(key, "warning", NOT_UTF8)
+    seen = _Records()
+    logging.getLogger("kdsm.thresholds").addHandler(seen)
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.1)
+    try:
+        assert live.get(model) == model.thresholds_ and live.redis_up  # the streamer's start-up read
+        live.start()
+        redis_client.hset(key, "critical", NOT_UTF8)  # written while it runs
+        time.sleep(1.0)
+        assert live.get(model) == model.thresholds_ and live.redis_up
+    finally:
+        live.stop()
+        logging.getLogger("kdsm.thresholds").removeHandler(seen)
+    events = [e.get("event") for e in seen.events]
+    assert "redis_down" not in events
+    assert sorted(e["severity"] for e in seen.events if e.get("event") == "bad_threshold_record") == ["critical", "warning"]
+
+
 def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lacks(redis_client, prefix, config,
                                                                                    tiny_model_dir, model, capsys):
     key = f"{prefix}thresholds:{model.version_}"
     base = ["--model", str(tiny_model_dir), "--config", config]
-    redis_client.hset(key, mapping={"warning": '{"score": NaN}', "critical": "oops", "warnin": '{"score": 5}'})
+    redis_client.hset(key, mapping={"warning": '{"score": NaN}', "critical": "oops", "warnin": '{"score": 5}',
+                                    "criticl": NOT_UTF8, b"\xfa": '{"score": 6}',
+                                    b"\xfb": "x"})
+    # show: a valid record under a severity the model lacks is no override (no streamer applies it): it is ignored.
+    assert kdsm(["thresholds", "show", *base]) == 0
+    shown = _strict_json(capsys.readouterr().out)
+    assert shown["overrides"] == {}
+    assert shown["ignored"]["warnin"]["record"] == {"score": 5.0} and "no severity 'warnin'" in shown["ignored"]["warnin"]["why"]
+    assert shown["ignored"]["\ufffd"]["record"] == {"score": 6.0}
+    assert shown["ignored"]["criticl"] == {"record": "\ufffd\ufffd", "why": "not UTF-8"}
     assert kdsm(["thresholds", "reset", *base, "--severity", "warning"]) == 0
     out = _strict_json(capsys.readouterr().out)
     assert [(e["severity"], e["old"]) for e in out["reset"]] == [("warning", None)]
-    assert sorted(redis_client.hkeys(key)) == ["critical", "warnin"]
-    assert kdsm(["thresholds", "reset", *base]) == 0  # all: also the typo'd severity and the unreadable record
+    assert sorted(redis_client.execute_command("HKEYS", key, NEVER_DECODE=True)) == [
+        b"critical", b"criticl", b"warnin", b"\xfa", b"\xfb"]
+    # What the bad_threshold_record line advises for a severity the model lacks works (it was "unknown severity").
+    assert kdsm(["thresholds", "reset", *base, "--severity", "warnin"]) == 0
+    out = _strict_json(capsys.readouterr().out)
+    assert [(e["severity"], e["old"], e["new"]) for e in out["reset"]] == [("warnin", 5.0, None)]
+    # A severity the model lacks and Redis does not hold is still refused.
+    assert kdsm(["thresholds", "reset", *base, "--severity", "nosuch"]) == 2
+    err = capsys.readouterr().err  # the bad_threshold_record log lines of this process, then the error
+    assert "Traceback" not in err and "unknown severity 'nosuch'" in err.splitlines()[-1]
+    assert kdsm(["thresholds", "reset", *base]) == 0  # all: the rest, also a field name that is not UTF-8
     out = _strict_json(capsys.readouterr().out)
     assert {e["severity"]: (e["old"], e["new"]) for e in out["reset"]} == {
-        "critical": (None, model.thresholds_["critical"]), "warnin": (5.0, None)}
+        "critical": (None, model.thresholds_["critical"]), "criticl": (None, None),
+        "\ufffd": (None, None)}  # two names that are not UTF-8, one unreadable record: both deleted
     assert redis_client.hgetall(key) == {}
+
+
+def test_the_bad_record_log_line_names_a_reset_that_works(redis_client, prefix, config, tiny_model_dir, model, capsys):
+    key = f"{prefix}thresholds:{model.version_}"
+    redis_client.hset(key, "warnin", "oops")
+    seen = _Records()
+    logging.getLogger("kdsm.thresholds").addHandler(seen)
+    try:
+        assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", config]) == 0
+    finally:
+        logging.getLogger("kdsm.thresholds").removeHandler(seen)
+    (line,) = [e for e in seen.events if e.get("event") == "bad_threshold_record"]
+    argv = line["action"].split("`")[1].split()[1:]  # kdsm thresholds reset --severity warnin
+    capsys.readouterr()
+    assert kdsm([*argv, "--model", str(tiny_model_dir), "--config", config]) == 0
+    assert redis_client.hgetall(key) == {}
+
+
+def test_a_change_writes_no_override_without_its_audit_entry(redis_client, redis_url, prefix, model):
+    """The audit key changes type between the check and EXEC: the override was written, its audit entry not."""
+    from streamer.lifecycle.thresholds import ThresholdError, ThresholdStore
+
+    store = ThresholdStore(connect(redis_url), prefix)
+    key, audit = store.key(model.version_), store.audit_key(model.version_)
+    calls = []
+
+    def plan(over, ignored):
+        if not calls:
+            redis_client.set(audit, "written meanwhile")  # another client, after the read, before EXEC
+        calls.append(1)
+        return {"warning": {"score": 1.0}}, [], [{"action": "set", "severity": "warning"}]
+
+    with pytest.raises(ThresholdError, match=f"{audit} holds a string"):
+        store.change(model.version_, plan)
+    assert redis_client.hgetall(key) == {} and redis_client.get(audit) == "written meanwhile"
 
 
 def test_threshold_keys_of_the_wrong_type(redis_client, redis_url, prefix, config, tiny_model_dir, model, capsys):
@@ -148,14 +239,19 @@ def test_threshold_keys_of_the_wrong_type(redis_client, redis_url, prefix, confi
     err = _one_line_error(capsys, ["thresholds", "set", *base, "--severity", "critical", "--score", "50"])
     assert audit in err and "not the list" in err
     assert redis_client.hgetall(key) == {}
-    # An audit record that is not JSON is shown as it is, not a traceback.
-    redis_client.delete(audit)
-    redis_client.lpush(audit, "garbage")
+
+
+@pytest.mark.parametrize("text", ["garbage", NOT_UTF8, b'{"by": "\xff"}'])
+def test_an_unreadable_audit_record_is_shown_as_it_is(redis_client, prefix, config, tiny_model_dir, model, capsys, text):
+    """Not JSON, or not UTF-8: shown as unreadable, not a traceback."""
+    audit = f"{prefix}thresholds:{model.version_}:audit"
+    base = ["--model", str(tiny_model_dir), "--config", config]
+    redis_client.lpush(audit, text)
     assert kdsm(["thresholds", "set", *base, "--severity", "critical", "--score", "50", "--by", "ann"]) == 0
     capsys.readouterr()
     assert kdsm(["thresholds", "show", *base]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert [a.get("by", a.get("unreadable")) for a in shown["audit"]] == ["ann", "garbage"]
+    shown = _strict_json(capsys.readouterr().out)
+    assert [a.get("by", a.get("unreadable")) for a in shown["audit"]] == ["ann", _as_shown(text)]
 
 
 # ---------------------------------------------------------------------- registry
@@ -169,7 +265,7 @@ def registered(redis_url, prefix, tmp_path, tiny_model_dir):
     return reg, v
 
 
-@pytest.mark.parametrize("text", ["garbage", "5", "[1, 2]", '"str"', "null", ""])
+@pytest.mark.parametrize("text", ["garbage", "5", "[1, 2]", '"str"', "null", "", NOT_UTF8, b'{"version": "\xff"}'])
 def test_a_damaged_registry_entry_is_one_line_and_does_not_hide_the_others(registered, redis_client, config, capsys,
                                                                             text):
     reg, v = registered
@@ -215,6 +311,14 @@ def test_registry_keys_of_the_wrong_type(registered, redis_client, config, capsy
         assert f"Redis key {key} holds a string, not the {kind}" in err
     with pytest.raises(RegistryError, match=key):
         reg.list() if which != "log" else reg.history()
+
+
+def test_a_registry_entry_that_is_not_utf8_is_a_registry_error(registered, redis_client):
+    reg, v = registered
+    redis_client.set(reg.keys.version(v), NOT_UTF8)
+    with pytest.raises(RegistryError, match="not a JSON object \\(not UTF-8\\)"):
+        reg.get(v)
+    assert [m["status"] for m in reg.list()] == ["unreadable"]
 
 
 # ---------------------------------------------------------------------- retrain
@@ -263,6 +367,18 @@ def test_a_retrain_request_with_an_id_in_the_future_waits_request_delay_s_not_fo
     (run,) = json.loads(capsys.readouterr().out)
     assert run["status"] == "failed"  # it ran (and had nothing to train on here)
     assert time.monotonic() - t0 < 30
+
+
+def test_never_expires(redis_client, unique):
+    from streamer.lifecycle.control import never_expires
+
+    key = f"expiry-{unique}"
+    assert not never_expires(redis_client, key)  # missing
+    redis_client.set(key, "x", px=60_000)
+    assert not never_expires(redis_client, key)
+    redis_client.persist(key)
+    assert never_expires(redis_client, key)
+    redis_client.delete(key)
 
 
 def test_a_drift_cooldown_key_without_expiry_does_not_silence_drift_for_ever(redis_client, unique):

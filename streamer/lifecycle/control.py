@@ -163,6 +163,48 @@ def redis_client(redis_cfg, *, blocking: bool = False, hot_path: bool = False):
                    health_check_interval=0 if hot_path else 30)
 
 
+class NotUtf8(str):
+    """The text of a Redis value that is not UTF-8 (written by hand), each bad byte as U+FFFD: never a record kdsm wrote.
+
+    Callers treat it as unreadable even where the replaced text happens to be JSON.
+    """
+
+
+def read_raw(client, *command):
+    """``command``'s reply, not decoded: for values written by hand, which may not be UTF-8.
+
+    The client decodes replies as UTF-8 (``connect``), so reading such a value raises ``UnicodeDecodeError``: a
+    ``ValueError``, not a ``RedisError``, which stopped a streamer at start-up (and dropped the connection). Decode
+    each value with ``text_of``. Works on a WATCHing pipeline too.
+    """
+    return client.execute_command(*command, NEVER_DECODE=True)
+
+
+def text_of(value):
+    """A value of ``read_raw``'s reply as text (None stays None); one that is not UTF-8 is a ``NotUtf8``.
+
+    >>> text_of(b"ok"), text_of(None), type(text_of(b"\\xff\\xfe")).__name__, text_of(b"\\xff\\xfe") == "\\ufffd" * 2
+    ('ok', None, 'NotUtf8', True)
+    """
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return NotUtf8(value.decode("utf-8", errors="replace"))
+
+
+def never_expires(client, key: str) -> bool:
+    """``key`` exists without an expiry: written by hand, not by kdsm (its locks and cooldowns are ``SET NX PX``).
+
+    False when it is missing, expires, or Redis does not answer (a blip: taken as kdsm's own key).
+    """
+    try:
+        return client.pttl(key) == -1
+    except Exception:  # noqa: BLE001 - Redis down or slow: the common case is kdsm's own key
+        return False
+
+
 def wrong_types(client, expected: dict[str, str]) -> str | None:
     """One line naming each key of ``expected`` (key -> Redis type) that holds another type, or None.
 

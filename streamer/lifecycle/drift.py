@@ -49,7 +49,7 @@ import numpy as np
 from river import drift as river_drift
 
 from .config import DriftConfig
-from .control import Keys
+from .control import Keys, never_expires
 from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.drift")
@@ -263,10 +263,7 @@ class DriftSink:
 
         Logged once per process; the key is left as it is (an operator's), and this process keeps its local cooldown.
         """
-        try:
-            never = self.redis.pttl(self.keys.drift_cooldown) == -1
-        except Exception:  # noqa: BLE001 - Redis blip: treat it as a streamer's cooldown
-            return False
+        never = never_expires(self.redis, self.keys.drift_cooldown)
         if never and not self._said_never_expires:
             self._said_never_expires = True
             log.warning({"event": "drift_cooldown_key_never_expires", "key": self.keys.drift_cooldown,

@@ -46,7 +46,7 @@ from offline_train.artifact import (
     read_artifact,
 )
 
-from .control import ChannelWatcher, Keys, expect_types, redis_client
+from .control import ChannelWatcher, Keys, NotUtf8, expect_types, read_raw, redis_client, text_of
 from .metrics import LifecycleMetrics
 
 # The detector (torch, scikit-learn) is imported where a model is loaded, so commands that only read the registry
@@ -195,14 +195,18 @@ class ModelRegistry:
         return meta
 
     def get(self, version: str) -> dict | None:
-        """The version's metadata, None if it is not registered; an entry that is not a JSON object is a ``RegistryError``."""
+        """The version's metadata, None if it is not registered; an entry that is not a JSON object is a ``RegistryError``.
+
+        Read undecoded (``read_raw``): an entry written by hand that is not UTF-8 is damaged like any other, not a
+        ``UnicodeDecodeError`` traceback in ``kdsm models list``.
+        """
         key = self.keys.version(version)
         with self._state(version):
-            raw = self.r.get(key)
+            raw = text_of(read_raw(self.r, "GET", key))
         if raw is None:
             return None
         try:
-            meta = json.loads(raw)
+            meta = None if isinstance(raw, NotUtf8) else json.loads(raw)
         except ValueError:
             meta = None
         if not isinstance(meta, dict):
@@ -210,8 +214,9 @@ class ModelRegistry:
                 again = f" and register its artifact again (kdsm models add --model {self.store.location(version)})"
             except RegistryError:  # not a name a version can have
                 again = ""
-            raise RegistryError(f"the registry entry of version {version!r} ({key}) is not a JSON object: {raw[:80]!r} "
-                                f"(written by hand?): delete it (redis-cli DEL {key}){again}")
+            what = " (not UTF-8)" if isinstance(raw, NotUtf8) else ""
+            raise RegistryError(f"the registry entry of version {version!r} ({key}) is not a JSON object{what}: "
+                                f"{raw[:80]!r} (written by hand?): delete it (redis-cli DEL {key}){again}")
         return meta
 
     def list(self) -> list[dict]:

@@ -62,7 +62,7 @@ from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
-from .control import expect_types
+from .control import expect_types, never_expires
 from .metrics import LifecycleMetrics
 from .registry import LockLost, ModelRegistry, RegistryError
 
@@ -275,11 +275,7 @@ def _not_acquired(registry: ModelRegistry) -> RetrainResult:
     for ever: that is a failure, naming the key to delete.
     """
     key = registry.keys.lock
-    try:
-        never_expires = registry.r.pttl(key) == -1
-    except Exception:  # noqa: BLE001 - Redis blip: the common case, another retrain
-        never_expires = False
-    if never_expires:
+    if never_expires(registry.r, key):
         res = RetrainResult("failed", reason=f"{key} exists without an expiry, so it is no retrain's lock (written by "
                                              f"hand?) and would block every retrain: delete it (redis-cli DEL {key})")
         log.error({"event": "retrain_lock_never_expires", "key": key, "reason": res.reason})

@@ -12,11 +12,12 @@ listens on the channel and re-reads every ``refresh_s`` as well (a missed
 notification costs at most one period), so a change applies within about a
 second. If Redis is unreachable the last values read (or the artifact's) stay
 in force, the ``kdsm_redis_up`` gauge drops to 0 and a log line says so.
-State written by hand is never applied: a record that is not JSON with a
+State written by hand is never applied: a record that is not UTF-8 JSON with a
 finite score >= 0 (``bad_threshold_record``), or an overrides key of another
 Redis type (``bad_threshold_key``), leaves the artifact's threshold in force,
 logged once; the commands name it (``show``'s ``ignored``, one error line) and
-``reset`` removes such records.
+``reset`` removes such records (as it does records of a severity the model
+lacks, which no streamer applies either).
 
 >>> effective_thresholds({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 1.5}})
 {'warning': 1.5, 'critical': 2.0}
@@ -33,13 +34,23 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import redis
 
 from offline_train.artifact import ArtifactError, read_artifact
 from offline_train.calibrate import Calibration
 
-from .control import ChannelWatcher, Keys, connect, expect_types, redis_client, require, wrong_types
+from .control import (
+    ChannelWatcher,
+    Keys,
+    NotUtf8,
+    connect,
+    expect_types,
+    read_raw,
+    redis_client,
+    require,
+    text_of,
+    wrong_types,
+)
 
 log = logging.getLogger("kdsm.thresholds")
 
@@ -59,11 +70,20 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def is_threshold(x: float) -> bool:
+    """A threshold is a finite number >= 0 (an anomaly score is a norm): ``NaN`` and ``inf`` would never alert, a
+    negative one on every event.
+
+    >>> [is_threshold(x) for x in (0.0, 7.5, float("nan"), float("inf"), -1.0)]
+    [True, True, False, False, False]
+    """
+    return math.isfinite(x) and x >= 0
+
+
 def override_score(rec) -> float | None:
     """The score of an override record as a float, or None when it is not one a threshold can be.
 
-    A threshold is a finite number >= 0 (an anomaly score is a norm). ``NaN`` would never alert, ``inf`` neither, a
-    negative one on every event: a record written by hand (``redis-cli HSET``) with one of those is ignored.
+    A record written by hand (``redis-cli HSET``) whose score is no threshold (``is_threshold``) is ignored.
 
     >>> override_score({"score": 7.5}), override_score({"score": "7.5"})
     (7.5, 7.5)
@@ -76,7 +96,12 @@ def override_score(rec) -> float | None:
         x = float(rec["score"])
     except (KeyError, TypeError, ValueError):
         return None
-    return x if math.isfinite(x) and x >= 0 else None
+    return x if is_threshold(x) else None
+
+
+def bad_record_why(text: str) -> str:
+    """Why an override record is ignored (``text``: as ``ThresholdStore.read`` lists it under ``ignored``)."""
+    return "not UTF-8" if isinstance(text, NotUtf8) else "not JSON with a finite score >= 0"
 
 
 def effective_thresholds(artifact: dict[str, float], overrides: dict[str, dict]) -> dict[str, float]:
@@ -110,7 +135,10 @@ class ThresholdStore:
 
     def _check_types(self, version: str) -> None:
         """Before a write: a key of the wrong type is a ``ThresholdError`` and nothing is written (no half change)."""
-        line = wrong_types(self.client, self._types(version))
+        self._check_types_on(self.client, version)
+
+    def _check_types_on(self, client, version: str) -> None:
+        line = wrong_types(client, self._types(version))
         if line:
             raise ThresholdError(line)
 
@@ -118,15 +146,21 @@ class ThresholdStore:
         return self.read(version)[0]
 
     def read(self, version: str) -> tuple[dict[str, dict], dict[str, str]]:
-        """(overrides, ignored): the usable records, and the raw text of each one that is not (logged once)."""
+        """(overrides, ignored): the usable records, and the text of each one that is not (logged once).
+
+        Read undecoded (``read_raw``): a value written by hand that is not UTF-8 is one more unusable record, not a
+        ``UnicodeDecodeError`` that stopped the streamer at start-up and read as ``redis_down`` while it ran.
+        """
         with expect_types(self.client, ThresholdError, {self.key(version): "hash"}):
-            return self._parse(version, self.client.hgetall(self.key(version)))
+            return self._parse(version, read_raw(self.client, "HGETALL", self.key(version)))
 
     def _parse(self, version: str, raw: dict) -> tuple[dict[str, dict], dict[str, str]]:
+        """``raw``: field -> value as HGETALL read them (bytes from ``read_raw``, or text)."""
         out, ignored = {}, {}
-        for sev, text in raw.items():
+        for name, value in raw.items():
+            sev, text = text_of(name), text_of(value)
             try:
-                rec = json.loads(text)
+                rec = None if isinstance(text, NotUtf8) else json.loads(text)
             except ValueError:
                 rec = None
             score = override_score(rec)
@@ -134,21 +168,25 @@ class ThresholdStore:
                 ignored[sev] = text
                 if (version, sev, text) not in self._warned:
                     self._warned.add((version, sev, text))
+                    reset = ("`kdsm thresholds reset` (all severities)" if isinstance(sev, NotUtf8)
+                             else f"`kdsm thresholds reset --severity {sev}`")
                     log.warning({"event": "bad_threshold_record", "version": version, "severity": sev, "record": text[:200],
-                                 "why": "not JSON with a finite score >= 0",
-                                 "action": f"the artifact's threshold applies; `kdsm thresholds reset --severity {sev}` "
-                                           "removes the record"})
+                                 "why": bad_record_why(text),
+                                 "action": f"the artifact's threshold applies; {reset} removes the record"})
                 continue
             out[sev] = {**rec, "score": score}
         return out, ignored
 
     def audit(self, version: str, n: int = 20) -> list[dict]:
-        """The newest ``n`` audit records; one that is not JSON is shown as ``{"unreadable": text}``."""
+        """The newest ``n`` audit records; one that is not UTF-8 JSON is shown as ``{"unreadable": text}``."""
         with expect_types(self.client, ThresholdError, {self.audit_key(version): "list"}):
-            raw = self.client.lrange(self.audit_key(version), 0, n - 1)
+            raw = read_raw(self.client, "LRANGE", self.audit_key(version), 0, n - 1)
         out = []
-        for text in raw:
+        for value in raw:
+            text = text_of(value)
             try:
+                if isinstance(text, NotUtf8):
+                    raise ValueError("not UTF-8")
                 out.append(json.loads(text))
             except ValueError:
                 out.append({"unreadable": text})
@@ -172,26 +210,31 @@ class ThresholdStore:
         """Read the overrides, let ``plan`` decide, write its change: atomically, against concurrent operators.
 
         ``plan(overrides, ignored)`` (``read``'s pair) returns ``(set_records, reset_severities, audit_entries)`` or raises (a refused
-        change writes nothing). The overrides key is WATCHed from the read to the write (MULTI/EXEC): if another
-        operator changed it in between, the write is dropped and ``plan`` runs again on the new values, so two
-        changes that each keep the order cannot together invert it.
+        change writes nothing). The overrides and audit keys are WATCHed from the type check and the read to the write
+        (MULTI/EXEC): if another operator changed either in between, the write is dropped and ``plan`` runs again on
+        the new values, so two changes that each keep the order cannot together invert it, and an audit key that
+        changed type meanwhile cannot let the override be written without its audit entry.
         """
-        key = self.key(version)
-        self._check_types(version)
+        key, audit = self.key(version), self.audit_key(version)
         with expect_types(self.client, ThresholdError, self._types(version)), \
                 self.client.pipeline(transaction=True) as p:
             for _ in range(CHANGE_ATTEMPTS):
                 try:
-                    p.watch(key)
-                    sets, resets, entries = plan(*self._parse(version, p.hgetall(key)))
+                    p.watch(key, audit)
+                    self._check_types_on(p, version)
+                    raw = read_raw(p, "HGETALL", key)
+                    names: dict[str, list] = {}  # a field name that is not UTF-8 is deleted as it is (all such ones)
+                    for name in raw:
+                        names.setdefault(text_of(name), []).append(name)
+                    sets, resets, entries = plan(*self._parse(version, raw))
                     p.multi()
                     if sets:
                         p.hset(key, mapping={sev: json.dumps(rec) for sev, rec in sets.items()})
                     if resets:
-                        p.hdel(key, *resets)
+                        p.hdel(key, *[name for sev in resets for name in names.get(sev, [sev])])
                     for e in entries:
-                        p.lpush(self.audit_key(version), json.dumps(e))
-                    p.ltrim(self.audit_key(version), 0, AUDIT_KEEP - 1)
+                        p.lpush(audit, json.dumps(e))
+                    p.ltrim(audit, 0, AUDIT_KEEP - 1)
                     p.publish(self.channel, version)
                     p.execute()
                     return entries
@@ -363,8 +406,17 @@ class ThresholdOps:
         return cls(ThresholdStore(require(redis_client(r), r), r.key_prefix), model)
 
     def show(self) -> dict:
-        """``ignored``: records in Redis no streamer applies (not JSON with a finite score >= 0), raw."""
-        over, ignored = self.store.read(self.model.version_)
+        """``ignored``: severity -> ``{"record", "why"}`` for each record in Redis that no streamer applies.
+
+        That is a record that is not UTF-8 JSON with a finite score >= 0 (``record``: its text, bad bytes as U+FFFD),
+        or a valid one under a severity the model does not have, a typo written by hand (``record``: the record, as
+        ``overrides`` would show it). ``overrides`` holds only the records the streamers apply.
+        """
+        over, bad = self.store.read(self.model.version_)
+        ignored = {sev: {"record": text, "why": bad_record_why(text)} for sev, text in bad.items()}
+        for sev in [s for s in over if s not in self.model.thresholds_]:
+            ignored[sev] = {"record": over.pop(sev), "why": f"the model has no severity {sev!r} (it has "
+                                                           f"{', '.join(sorted(self.model.thresholds_))})"}
         eff = effective_thresholds(self.model.thresholds_, over)
         cal = self.model.calibration_
         return {"version": self.model.version_, "schema_hash": self.model.schema_hash_,
@@ -381,10 +433,8 @@ class ThresholdOps:
             if not 0 < quantile < 1:
                 raise ThresholdError(f"--quantile must be in (0, 1), got {quantile}")
             score = self.model.calibration_.threshold_for_quantile(quantile)
-        if score is None or not np.isfinite(score):
-            raise ThresholdError(f"--score must be a finite number, got {score}")
-        if score < 0:
-            raise ThresholdError(f"--score must be >= 0: an anomaly score is a norm, never negative (got {score})")
+        if score is None or not is_threshold(score):
+            raise ThresholdError(f"--score must be a finite number >= 0 (an anomaly score is a norm, never negative), got {score}")
         version, by = self.model.version_, by or default_actor()
 
         def plan(over: dict[str, dict], ignored: dict[str, str]):
@@ -406,13 +456,16 @@ class ThresholdOps:
         warning set to 15): that is refused, naming the override to reset or set first. A reset of all removes every
         record of the version, also an unreadable one (``ignored``) or one of a severity the model does not have
         (written by hand); their audit entry's ``old`` is None (unreadable) or its score, ``new`` None (no such severity).
+        ``--severity S`` removes such a record too (what the ``bad_threshold_record`` log line advises); an ``S`` the
+        model lacks and Redis does not hold is refused as unknown.
         """
-        if severity is not None and severity not in self.model.thresholds_:
-            raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(self.model.thresholds_)}")
         artifact, version, by = dict(self.model.thresholds_), self.model.version_, by or default_actor()
 
         def plan(over: dict[str, dict], ignored: dict[str, str]):
             present = set(over) | set(ignored)
+            if severity is not None and severity not in artifact and severity not in present:
+                raise ThresholdError(f"unknown severity {severity!r}; the model has {sorted(artifact)}, and Redis holds "
+                                     f"no record of it for {version}")
             sevs = [s for s in ([severity] if severity else sorted(present)) if s in present]
             eff = {**{s: float(r["score"]) for s, r in over.items()}, **effective_thresholds(artifact, over)}
             after = effective_thresholds(artifact, {s: r for s, r in over.items() if s not in sevs})
