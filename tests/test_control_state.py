@@ -321,6 +321,78 @@ def test_a_registry_entry_that_is_not_utf8_is_a_registry_error(registered, redis
     assert [m["status"] for m in reg.list()] == ["unreadable"]
 
 
+@pytest.mark.parametrize("field", ["current", "previous"])
+def test_a_pointer_that_is_not_utf8_is_one_line_in_the_commands(registered, redis_client, config, capsys, monkeypatch,
+                                                                field):
+    """UnicodeDecodeError (a ValueError, not a RedisError) was a traceback in every command that reads the pointers."""
+    reg, v = registered
+    key = reg.keys.pointers
+    redis_client.hset(key, field, NOT_UTF8)
+    argvs = [["list"], ["show", v], ["rollback"]] + ([["promote", v]] if field == "current" else [])
+    for argv in argvs:
+        err = _one_line_error(capsys, ["models", *argv, "--config", config])
+        assert f"{key} field {field}" in err and "not UTF-8" in err and f"redis-cli HDEL {key} {field}" in err, err
+    if field == "current":  # the model a threshold command reads: the registry's current version
+        monkeypatch.setenv("KDSM_REGISTRY__ENABLED", "true")
+        err = _one_line_error(capsys, ["thresholds", "show", "--config", config])
+        assert f"redis-cli HDEL {key} current" in err, err
+        monkeypatch.delenv("KDSM_REGISTRY__ENABLED")
+    # The repair the line names works.
+    redis_client.hdel(key, field)
+    if field == "current":
+        assert kdsm(["models", "promote", v, "--config", config]) == 0
+    capsys.readouterr()
+    assert kdsm(["models", "list", "--config", config]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["current"]
+
+
+def test_a_current_pointer_that_is_not_utf8_is_refused_by_a_streamer_like_any_garbage_version(registered, redis_client,
+                                                                                              model):
+    """The start-up read logged registry_unreachable; the watcher's every check failed (registry_watch_failed)."""
+    from streamer.lifecycle.registry import RegistryModelProvider
+
+    reg, _ = registered
+    key = reg.keys.pointers
+    seen = _Records()
+    logging.getLogger("kdsm.registry").addHandler(seen)
+    try:
+        for start in (NOT_UTF8, "garbage"):
+            redis_client.hset(key, "current", start)
+            prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
+            try:
+                assert prov.current() is model  # the streamer starts, on its fallback
+                redis_client.hset(key, "current", b"\xfe" + start.encode() if isinstance(start, str) else b"\xfe")
+                assert prov.check() is False
+                time.sleep(0.5)
+                assert prov._watcher.is_alive() and prov.current() is model
+            finally:
+                prov.close()
+    finally:
+        logging.getLogger("kdsm.registry").removeHandler(seen)
+    events = [e.get("event") for e in seen.events]
+    assert "registry_unreachable" not in events and "registry_watch_failed" not in events, seen.events
+    refused = [e for e in seen.events if e.get("event") == "model_refused"]
+    assert any(f"redis-cli HDEL {key} current" in e["why"] for e in refused), refused
+    assert any(e["version"] == "garbage" for e in refused)  # the same path: refused, logged, the old model serves
+
+
+def test_a_version_member_or_log_record_that_is_not_utf8_is_listed_not_a_traceback(registered, redis_client, config,
+                                                                                   capsys):
+    reg, v = registered
+    redis_client.zadd(reg.keys.versions, {NOT_UTF8: 1.5})
+    redis_client.xadd(reg.keys.log, {"action": NOT_UTF8, NOT_UTF8: "x"})
+    assert [h["action"] for h in reg.history()] == ["\ufffd\ufffd", "promote"]
+    assert kdsm(["models", "list", "--config", config]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["status"] for m in listed] == ["promoted", "unreadable"]
+    err = listed[1]["error"]
+    assert reg.keys.versions in err and "not UTF-8" in err
+    # The repair the line names works.
+    repair = err.split("(redis-cli ", 1)[1].rstrip(")").split()
+    redis_client.execute_command(*repair)
+    assert [m["version"] for m in reg.list()] == [v]
+
+
 # ---------------------------------------------------------------------- retrain
 def test_a_request_stream_of_the_wrong_type_is_one_line(redis_client, config, prefix, capsys):
     key = f"{prefix}retrain:requests"
@@ -367,6 +439,21 @@ def test_a_retrain_request_with_an_id_in_the_future_waits_request_delay_s_not_fo
     (run,) = json.loads(capsys.readouterr().out)
     assert run["status"] == "failed"  # it ran (and had nothing to train on here)
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("fields", [{"reason": NOT_UTF8}, {NOT_UTF8: "x"}])
+def test_a_retrain_request_that_is_not_utf8_is_served_like_any_request(redis_client, config, prefix, capsys,
+                                                                        monkeypatch, fields):
+    """The watcher died with a UnicodeDecodeError traceback, and every restart of it too (the request stays pending)."""
+    key = f"{prefix}retrain:requests"
+    redis_client.xadd(key, fields)
+    monkeypatch.setenv("KDSM_RETRAIN__REQUEST_DELAY_S", "0")
+    for _ in range(2):  # the first watcher reads it new, a second finds nothing of it pending
+        redis_client.xadd(key, {"reason": "by hand"})
+        assert kdsm(["retrain", "--watch", "--max-runs", "1", "--config", config, "--log-level", "ERROR"]) == 0
+        (run,) = json.loads(capsys.readouterr().out)
+        assert run["status"] == "failed"  # it ran (and had nothing to train on here)
+    assert redis_client.xpending(key, "kdsm-retrain")["pending"] == 0
 
 
 def test_never_expires(redis_client, unique):

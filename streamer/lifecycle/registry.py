@@ -127,6 +127,13 @@ return {cur or '', prev}
 """
 
 
+def _not_utf8_pointer(keys: Keys, field: str, value: str) -> RegistryError:
+    """A pointer written by hand that is not UTF-8: the one line naming the hash field and its repair."""
+    then = ", then promote a version (kdsm models promote VERSION)" if field == "current" else ""
+    return RegistryError(f"the registry's {field} pointer ({keys.pointers} field {field}) is not UTF-8: {value[:80]!r} "
+                         f"(written by hand?): delete it (redis-cli HDEL {keys.pointers} {field}){then}")
+
+
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -223,14 +230,22 @@ class ModelRegistry:
         """Registered versions, newest first, each with ``current`` / ``previous`` flags.
 
         A version whose entry is unreadable is listed as ``{"version", "status": "unreadable", "error"}``: one bad
-        entry does not hide the others.
+        entry does not hide the others; so is a member of the versions set that is not UTF-8 (read undecoded).
         """
         ptr = self.pointers()
         out = []
+        key = self.keys.versions
         with self._state():
-            versions = self.r.zrevrange(self.keys.versions, 0, -1)
-        for v in versions:
+            members = read_raw(self.r, "ZREVRANGE", key, 0, -1)
+        for member in members:
+            v = text_of(member)
             try:
+                if isinstance(v, NotUtf8):  # its score names it to redis-cli (a float's repr reads back exactly)
+                    score = self.r.zscore(key, member)
+                    s = repr(float(score)) if score is not None else "SCORE"
+                    raise RegistryError(f"the registry's version set ({key}) holds a member that is not UTF-8: "
+                                        f"{member[:80]!r} (written by hand?): remove it "
+                                        f"(redis-cli ZREMRANGEBYSCORE {key} {s} {s})")
                 meta = self.get(v) or {"version": v}
             except RegistryError as e:
                 log.warning({"event": "registry_entry_unreadable", "version": v, "error": str(e)})
@@ -241,13 +256,22 @@ class ModelRegistry:
 
     # ------------------------------------------------------------ pointers
     def pointers(self) -> dict[str, str | None]:
+        """Read undecoded: a pointer written by hand that is not UTF-8 is a ``RegistryError`` naming it and its repair."""
         with self._state():
-            h = self.r.hgetall(self.keys.pointers)
-        return {"current": h.get("current") or None, "previous": h.get("previous") or None}
+            h = read_raw(self.r, "HGETALL", self.keys.pointers)
+        h = {text_of(k): text_of(v) for k, v in h.items()}
+        ptr = {"current": h.get("current") or None, "previous": h.get("previous") or None}
+        for field, v in ptr.items():
+            if isinstance(v, NotUtf8):
+                raise _not_utf8_pointer(self.keys, field, v)
+        return ptr
 
     def current_version(self) -> str | None:
+        """Read undecoded: a current pointer written by hand that is not UTF-8 is a ``NotUtf8``, a version no artifact
+        has: a streamer refuses it as it refuses any garbage version (the old model keeps serving), promote refuses it.
+        """
         with self._state():
-            return self.r.hget(self.keys.pointers, "current") or None
+            return text_of(read_raw(self.r, "HGET", self.keys.pointers, "current")) or None
 
     def promote(self, version: str, reason: str = "manual", force: bool = False,
                 lock_token: str | bytes | None = None) -> tuple[str | None, str]:
@@ -275,6 +299,8 @@ class ModelRegistry:
             why = gate.get("reason") if isinstance(gate, dict) else gate
             raise RegistryError(f"version {version} failed the validation gate ({why}); use --force to promote anyway")
         was = self.current_version()
+        if isinstance(was, NotUtf8):  # the script's reply would hold it: undecodable
+            raise _not_utf8_pointer(self.keys, "current", was)
         with self._state(lock=bool(lock_token)):
             res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
                                 args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
@@ -287,6 +313,7 @@ class ModelRegistry:
 
     def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
         """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""
+        self.pointers()  # a pointer that is not UTF-8: its one line, not an undecodable reply of the script
         with self._state():
             res = self._rollback(keys=[self.keys.pointers, self.keys.log], args=[self.keys.channel, reason, _now_iso()])
         if not res:
@@ -294,8 +321,11 @@ class ModelRegistry:
         return (res[0] or None), res[1]
 
     def history(self, count: int = 20) -> list[dict]:
+        """The newest promote / rollback records; read undecoded: a field written by hand that is not UTF-8 is shown
+        with U+FFFD."""
         with self._state():
-            return [fields for _, fields in self.r.xrevrange(self.keys.log, count=count)]
+            entries = read_raw(self.r, "XREVRANGE", self.keys.log, "+", "-", "COUNT", count)
+        return [{text_of(k): text_of(v) for k, v in (fields or {}).items()} for _, fields in entries]
 
 
 class RegistryModelProvider:
@@ -360,6 +390,8 @@ class RegistryModelProvider:
 
     # ------------------------------------------------------------ internals
     def _load(self, version: str, schema: str | None) -> KDSM:
+        if isinstance(version, NotUtf8):  # a current pointer written by hand: refused like any garbage version
+            raise _not_utf8_pointer(self.registry.keys, "current", version)
         try:
             from offline_train.detector import KDSM
 
@@ -417,6 +449,8 @@ def serving_model_dir(settings) -> str:
         except (redis.RedisError, OSError) as e:
             log.warning({"event": "registry_unreachable_using_stream_model", "error": str(e)})
             current = None
+        if isinstance(current, NotUtf8):
+            raise _not_utf8_pointer(reg.keys, "current", current)
         if current is not None:
             return str(reg.store.location(current))
     if not settings.stream.model:

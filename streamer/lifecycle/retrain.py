@@ -62,7 +62,7 @@ from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
-from .control import expect_types, never_expires
+from .control import expect_types, never_expires, read_raw, text_of
 from .metrics import LifecycleMetrics
 from .registry import LockLost, ModelRegistry, RegistryError
 
@@ -387,14 +387,27 @@ def _pending(client, registry: ModelRegistry, consumer: str, stale_ms: int) -> l
         return []
     cursor = "0-0"
     for _ in range(100):  # 100 x 100 entries claimed per look at most; the rest at the next loop
-        cursor, claimed, *_ = client.xautoclaim(stream, WATCH_GROUP, consumer, stale_ms, start_id=cursor, count=100)
+        cursor, claimed, *_ = read_raw(client, "XAUTOCLAIM", stream, WATCH_GROUP, consumer, stale_ms, cursor,
+                                       "COUNT", 100)
         if claimed:
             log.warning({"event": "retrain_requests_claimed", "requests": len(claimed), "consumer": consumer,
                          "why": f"pending longer than {stale_ms / 1000:g} s with a watcher that is gone"})
         if cursor in ("0-0", b"0-0"):
             break
-    got = client.xreadgroup(WATCH_GROUP, consumer, {stream: "0"}, count=100)
-    return [m for _, batch in (got or []) for m in batch]
+    return _requests(client, consumer, stream, "0")
+
+
+def _requests(client, consumer: str, stream: str, start: str, block_ms: int | None = None) -> list:
+    """XREADGROUP's (id, fields) pairs, read undecoded (``read_raw``) then decoded by ``text_of``.
+
+    A request written by hand with a field that is not UTF-8 is a request like any other (its text with U+FFFD),
+    as one with odd fields is, not a ``UnicodeDecodeError`` that stops the watcher (and stops every restart of it,
+    since the request stays pending).
+    """
+    block = ["BLOCK", block_ms] if block_ms is not None else []
+    got = read_raw(client, "XREADGROUP", "GROUP", WATCH_GROUP, consumer, "COUNT", 100, *block, "STREAMS", stream, start)
+    return [(text_of(mid), {text_of(k): text_of(v) for k, v in (fields or {}).items()})
+            for _, batch in (got or []) for mid, fields in batch]
 
 
 def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Event | None = None,
@@ -438,8 +451,7 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
             msgs = _pending(blocking_client, registry, consumer, stale_ms)
             recovered = bool(msgs)
             if not msgs:
-                got = blocking_client.xreadgroup(WATCH_GROUP, consumer, {stream: ">"}, count=100, block=block_ms)
-                msgs = [m for _, batch in (got or []) for m in batch]
+                msgs = _requests(blocking_client, consumer, stream, ">", block_ms)
         except RedisConnectionError as e:  # Redis restarting: wait and read again, never exit on it
             log.warning({"event": "retrain_watch_redis_unavailable", "error": str(e), "action": "retrying"})
             stop.wait(min(5.0, settings.retrain.watch_block_s))
