@@ -35,6 +35,7 @@ Keys (``P`` = ``redis.key_prefix``, ``V`` = model version):
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from contextlib import contextmanager
@@ -192,6 +193,22 @@ def text_of(value):
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return NotUtf8(value.decode("utf-8", errors="replace"))
+
+
+def json_of(value):
+    """The JSON a value of ``read_raw``'s reply (or its ``text_of``) holds; ``ValueError`` when it is not UTF-8 (even
+    where the replaced text happens to be JSON) or not JSON.
+
+    >>> json_of(b'{"a": 1}'), json_of('[2]')
+    ({'a': 1}, [2])
+    >>> json_of(b'{"a": "\\xff"}')
+    Traceback (most recent call last):
+    ValueError: not UTF-8
+    """
+    text = text_of(value)
+    if isinstance(text, NotUtf8):
+        raise ValueError("not UTF-8")
+    return json.loads(text)
 
 
 def never_expires(client, key: str) -> bool:

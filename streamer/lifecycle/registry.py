@@ -46,7 +46,16 @@ from offline_train.artifact import (
     read_artifact,
 )
 
-from .control import ChannelWatcher, Keys, NotUtf8, expect_types, read_raw, redis_client, text_of
+from .control import (
+    ChannelWatcher,
+    Keys,
+    NotUtf8,
+    expect_types,
+    json_of,
+    read_raw,
+    redis_client,
+    text_of,
+)
 from .metrics import LifecycleMetrics
 
 # The detector (torch, scikit-learn) is imported where a model is loaded, so commands that only read the registry
@@ -213,7 +222,7 @@ class ModelRegistry:
         if raw is None:
             return None
         try:
-            meta = None if isinstance(raw, NotUtf8) else json.loads(raw)
+            meta = json_of(raw)
         except ValueError:
             meta = None
         if not isinstance(meta, dict):

@@ -45,6 +45,7 @@ from .control import (
     NotUtf8,
     connect,
     expect_types,
+    json_of,
     read_raw,
     redis_client,
     require,
@@ -133,11 +134,8 @@ class ThresholdStore:
     def _types(self, version: str) -> dict[str, str]:
         return {self.key(version): "hash", self.audit_key(version): "list"}
 
-    def _check_types(self, version: str) -> None:
+    def _check_types(self, client, version: str) -> None:
         """Before a write: a key of the wrong type is a ``ThresholdError`` and nothing is written (no half change)."""
-        self._check_types_on(self.client, version)
-
-    def _check_types_on(self, client, version: str) -> None:
         line = wrong_types(client, self._types(version))
         if line:
             raise ThresholdError(line)
@@ -160,7 +158,7 @@ class ThresholdStore:
         for name, value in raw.items():
             sev, text = text_of(name), text_of(value)
             try:
-                rec = None if isinstance(text, NotUtf8) else json.loads(text)
+                rec = json_of(text)
             except ValueError:
                 rec = None
             score = override_score(rec)
@@ -183,13 +181,10 @@ class ThresholdStore:
             raw = read_raw(self.client, "LRANGE", self.audit_key(version), 0, n - 1)
         out = []
         for value in raw:
-            text = text_of(value)
             try:
-                if isinstance(text, NotUtf8):
-                    raise ValueError("not UTF-8")
-                out.append(json.loads(text))
+                out.append(json_of(value))
             except ValueError:
-                out.append({"unreadable": text})
+                out.append({"unreadable": text_of(value)})
         return out
 
     def set(self, version: str, severity: str, score: float, quantile: float | None, by: str, old: float) -> dict:
@@ -197,7 +192,7 @@ class ThresholdStore:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         rec = {"score": float(score), "quantile": quantile, "set_by": by, "set_at": now}
         entry = {"action": "set", "severity": severity, "old": old, "new": float(score), "quantile": quantile, "by": by, "at": now}
-        self._check_types(version)
+        self._check_types(self.client, version)
         with self.client.pipeline(transaction=True) as p:
             p.hset(self.key(version), severity, json.dumps(rec))
             p.lpush(self.audit_key(version), json.dumps(entry))
@@ -221,7 +216,7 @@ class ThresholdStore:
             for _ in range(CHANGE_ATTEMPTS):
                 try:
                     p.watch(key, audit)
-                    self._check_types_on(p, version)
+                    self._check_types(p, version)
                     raw = read_raw(p, "HGETALL", key)
                     names: dict[str, list] = {}  # a field name that is not UTF-8 is deleted as it is (all such ones)
                     for name in raw:
