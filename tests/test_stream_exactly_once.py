@@ -7,7 +7,8 @@ and abort markers that Tansu does write, as Apache Kafka's broker does for such 
 - SIGKILL the streamer three times mid-stream and restart it: every alert and dead letter exactly once;
 - a second streamer joins and leaves while events flow: every alert exactly once;
 - a stale instance whose transactional id a newer producer took is fenced: one log line, non-zero exit,
-  nothing of it visible after the fence; its successor finishes exactly once;
+  nothing of it visible after the fence; its successor finishes exactly once; a fence between a batch's
+  sends and its commit ends within ``kafka.delivery_timeout_s`` (Tansu drops the connection on that commit);
 - a batch whose publish fails is aborted (nothing visible, offsets not committed) and read again.
 """
 
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -39,10 +42,12 @@ from offline_train.detector import KDSM
 from streamer.lifecycle.control import connect
 from streamer.lifecycle.thresholds import ThresholdStore
 from streamer.pipeline.checkpoint import (
+    Fenced,
     InFlight,
     Send,
     TransactionAborted,
     TransactionalCheckpointer,
+    Unresolved,
 )
 from streamer.pipeline.kafka_clients import make_consumer, make_transactional_producer
 
@@ -203,34 +208,53 @@ def test_a_second_streamer_joins_and_leaves_every_alert_exactly_once(tmp_path, k
 
 def test_a_stale_instance_is_fenced_and_produces_nothing_visible(tmp_path, kafka_bootstrap, redis_url, unique,
                                                                   tiny_model_dir):
+    """A newer producer takes the transactional id mid-stream: the stale instance stops with one line and exit 1,
+    nothing it did after the fence is visible, its successor finishes exactly once.
+
+    The stop line is ``fenced``, or ``transaction_unresolved`` when the fence lands between a batch's sends and
+    its commit: Tansu then drops the connection on the stale EndTxn instead of answering PRODUCER_FENCED, and
+    kafka-python retries it until ``kafka.delivery_timeout_s`` (reproduced alone in the next test)."""
     model, s = _setup(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir, max_batch=50)
+    s.kafka.delivery_timeout_s = 5.0  # bounds the unanswered-EndTxn path (and each client's close) for this test
     tid = f"tx-{unique}"
     cfg = _config(tmp_path, s, tid)
-    X = make_blobs(n=3000, seed=2)[0]
+    X = make_blobs(n=20000, seed=2)[0]
     values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
     progress = TopicReader(kafka_bootstrap, s.kafka.alerts_topic)
     logs = [tmp_path / "stale.log", tmp_path / "successor.log"]
     files = [open(p, "ab") for p in logs]
     procs = []
+    stop_producing, sent = threading.Event(), []
+    producer = threading.Thread(target=produce_paced, args=(s, values, 40), kwargs={"stop": stop_producing, "sent": sent})
     try:
         procs.append(_start(cfg, str(tiny_model_dir), files[0]))
         assert _wait_log(logs[0], '"event": "partitions_assigned"', 1), _tail(*logs)
-        producer = threading.Thread(target=produce_paced, args=(s, values, 40))  # ~400 events/s
-        producer.start()
+        producer.start()  # ~400 events/s until stopped below, so the stale instance still has work after the fence
         deadline = time.monotonic() + 40
         while len(progress.poll()) < 300 and time.monotonic() < deadline:
             pass
+        assert len(progress.values) >= 300, _tail(*logs)
         # A newer producer takes the transactional id (what a restarted or duplicate instance does first).
         usurper = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=tid)
         usurper.init_transactions()
         fenced_at = time.monotonic()
-        code = procs[0].wait(30)
+        try:
+            code = procs[0].wait(40)  # fenced: about a second; unanswered EndTxn: 5 s, then each client's close
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the stale instance still runs 40 s after the fence\n{_tail(*logs)}")
         stopped_in = time.monotonic() - fenced_at
+        stop_producing.set()
         usurper.close()
         assert code == 1, _tail(*logs)
         stale_log = logs[0].read_text()
-        assert stale_log.count('"event": "fenced"') == 1 and "Traceback" not in stale_log, _tail(*logs)
-        assert f"kdsm stream: stopped: fenced: another producer with transactional id '{tid}'" in stale_log
+        stops = [line for line in stale_log.splitlines() if '"event": "fenced"' in line
+                 or '"event": "transaction_unresolved"' in line]
+        assert len(stops) == 1 and "Traceback" not in stale_log, _tail(*logs)
+        how = "fenced" if '"event": "fenced"' in stops[0] else "transaction_unresolved"
+        if how == "fenced":
+            assert f"kdsm stream: stopped: fenced: another producer with transactional id '{tid}'" in stale_log
+        else:
+            assert re.search(r"kdsm stream: stopped: the broker did not answer \w+ within 5 s", stale_log), stops
         # What the stale instance committed: its alerts exactly once, consistent with the group's offset.
         view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
         c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=s.kafka.group_id, enable_auto_commit=False)
@@ -238,22 +262,57 @@ def test_a_stale_instance_is_fenced_and_produces_nothing_visible(tmp_path, kafka
         c.close()
         counts, dups = _exactly_once(view, lambda a: a["event_id"])
         assert dups == 0 and set(counts) == {f"e{i}" for i in range(committed)}, (committed, len(counts))
-        assert committed < len(values), "the stream ended before the fence; nothing was tested"
+        producer.join(60)
+        n_events = sent[0]
+        assert committed < n_events, "the stream ended before the fence; nothing was tested"
         # The successor (same id) finishes the stream: exactly once across the fence.
         procs.append(_start(cfg, str(tiny_model_dir), files[1]))
-        producer.join(60)
         deadline = time.monotonic() + 90
-        while len({a["event_id"] for a in progress.poll()}) < len(values) and time.monotonic() < deadline:
+        while len({a["event_id"] for a in progress.poll()}) < n_events and time.monotonic() < deadline:
             pass
         procs[1].send_signal(signal.SIGTERM)
         assert procs[1].wait(30) == 0, _tail(*logs)
     finally:
+        stop_producing.set()
         kill_and_close(procs, files)
     view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
     counts, dups = _exactly_once(view, lambda a: a["event_id"])
-    print(f"stale instance stopped {stopped_in:.1f} s after the fence with {committed} events committed; "
-          f"committed alerts {len(view.records)}, aborted {view.aborted}")
-    assert set(counts) == {f"e{i}" for i in range(len(values))} and dups == 0
+    print(f"stale instance stopped ({how}) {stopped_in:.1f} s after the fence with {committed} of {n_events} events "
+          f"committed; committed alerts {len(view.records)}, aborted {view.aborted}")
+    assert set(counts) == {f"e{i}" for i in range(n_events)} and dups == 0
+
+
+def test_a_fence_between_the_sends_and_the_commit_stops_within_the_delivery_timeout(kafka_bootstrap, redis_url,
+                                                                                    unique):
+    """The race the test above meets by chance, made certain: the batch's messages are acknowledged, then a newer
+    producer takes the transactional id, then the batch commits. Apache Kafka answers the stale EndTxn with
+    PRODUCER_FENCED (``Fenced``); Tansu 0.6.0 drops the connection instead (its log: ``ProducerFenced``) and
+    kafka-python retries forever, so the checkpointer's bound ends it (``Unresolved``). Either way the call
+    returns within ``kafka.delivery_timeout_s``, and nothing of the batch is visible."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    s.kafka.delivery, s.kafka.transactional_id, s.kafka.delivery_timeout_s = "exactly_once", f"tx-{unique}", 3.0
+    create_topics(s)
+    consumer = make_consumer(s.kafka, isolation_level="read_committed")
+    producer = make_transactional_producer(s.kafka)
+    cp = TransactionalCheckpointer(consumer, producer, delivery_timeout_s=s.kafka.delivery_timeout_s,
+                                   transactional_id=s.kafka.transactional_id)
+    batch = InFlight(offsets={}, scored=None, timestamps_ms=[])
+    for i in range(5):
+        cp.send(batch, s.kafka.alerts_topic, None, b"stale-%d" % i)
+    producer.flush(timeout=10)
+    assert all(x.ok() for x in batch.sends)
+    usurper = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=s.kafka.transactional_id)
+    usurper.init_transactions()
+    started = time.monotonic()
+    with pytest.raises((Fenced, Unresolved)) as stopped:
+        cp.add(batch)
+    took = time.monotonic() - started
+    usurper.close()
+    producer.close(timeout=1)
+    consumer.close()
+    print(f"stale commit ended as {type(stopped.value).__name__} after {took:.1f} s")
+    assert took < s.kafka.delivery_timeout_s + 2
+    assert read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1).records == []
 
 
 def test_a_failed_publish_aborts_the_batch_and_it_is_read_again(kafka_bootstrap, redis_url, unique):
