@@ -142,6 +142,53 @@ def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_clie
     assert sorted(e["severity"] for e in seen.events if e.get("event") == "bad_threshold_record") == ["critical", "warning"]
 
 
+def _until(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_notification_that_is_not_utf8_is_ignored_by_the_watchers(registered, redis_client, redis_url, prefix, model):
+    """A PUBLISH by hand that is not UTF-8 raised UnicodeDecodeError in the watcher: the threshold watcher logged
+    redis_down (kdsm_redis_up 0), the registry's registry_watch_failed, and both dropped their subscription."""
+    from streamer.lifecycle.registry import RegistryModelProvider
+
+    reg, _ = registered
+    loggers = [logging.getLogger(n) for n in ("kdsm.control", "kdsm.thresholds", "kdsm.registry")]
+    seen = _Records()
+    for lg in loggers:
+        lg.addHandler(seen)
+    # Long periods: only a notification refreshes them during the test.
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=60.0)
+    live.get(model)
+    live.start()
+    prov = RegistryModelProvider(reg, device="cpu", check_interval_s=60.0, fallback=model)
+    channels = [f"{prefix}thresholds:changed", reg.keys.channel]
+    try:
+        assert _until(lambda: all(n >= 1 for _, n in redis_client.pubsub_numsub(*channels)))
+        for channel in channels:
+            redis_client.publish(channel, NOT_UTF8)
+        assert _until(lambda: len([e for e in seen.events if e.get("event") == "bad_notification"]) == 2)
+        # The subscription stays and serves the next notification (kdsm thresholds set publishes the version).
+        redis_client.hset(f"{prefix}thresholds:{model.version_}", "warning",
+                          json.dumps({"score": model.thresholds_["critical"]}))
+        redis_client.publish(channels[0], model.version_)
+        assert _until(lambda: live.get(model)["warning"] == model.thresholds_["critical"], timeout=5.0)
+        assert live.redis_up and live._watcher.is_alive() and prov._watcher.is_alive()
+    finally:
+        live.stop()
+        prov.close()
+        for lg in loggers:
+            lg.removeHandler(seen)
+    events = [e.get("event") for e in seen.events]
+    assert "redis_down" not in events and "registry_watch_failed" not in events, seen.events
+    bad = [e for e in seen.events if e.get("event") == "bad_notification"]
+    assert sorted(e["channel"] for e in bad) == sorted(channels) and all(e["action"] == "ignored" for e in bad)
+
+
 def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lacks(redis_client, prefix, config,
                                                                                    tiny_model_dir, model, capsys):
     key = f"{prefix}thresholds:{model.version_}"
@@ -376,6 +423,37 @@ def test_a_current_pointer_that_is_not_utf8_is_refused_by_a_streamer_like_any_ga
     assert any(e["version"] == "garbage" for e in refused)  # the same path: refused, logged, the old model serves
 
 
+def test_a_pointers_key_of_the_wrong_type_is_logged_as_such_by_a_streamer(registered, redis_client, model):
+    """A streamer logged registry_unreachable at start-up (Redis answers), then registry_watch_failed at every check."""
+    from streamer.lifecycle.registry import RegistryModelProvider
+
+    reg, v = registered
+    key = reg.keys.pointers
+    redis_client.delete(key)
+    redis_client.set(key, "x")
+    seen = _Records()
+    logging.getLogger("kdsm.registry").addHandler(seen)
+    try:
+        prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
+        try:
+            assert prov.current() is model  # the streamer starts, on its fallback
+            time.sleep(0.6)  # about six checks
+            assert prov._watcher.is_alive() and prov.current() is model
+            # The repair the line names works: the streamer follows the registry again, silently.
+            redis_client.delete(key)
+            reg.promote(v)
+            time.sleep(0.3)
+        finally:
+            prov.close()
+    finally:
+        logging.getLogger("kdsm.registry").removeHandler(seen)
+    events = [e.get("event") for e in seen.events]
+    assert "registry_unreachable" not in events and "registry_watch_failed" not in events, seen.events
+    (bad,) = [e for e in seen.events if e.get("event") == "bad_registry_key"]  # once, not at every check
+    assert f"Redis key {key} holds a string, not the hash" in bad["error"] and f"redis-cli DEL {key}" in bad["error"]
+    assert bad["action"] == "serving the fallback model"
+
+
 def test_a_version_member_or_log_record_that_is_not_utf8_is_listed_not_a_traceback(registered, redis_client, config,
                                                                                    capsys):
     reg, v = registered
@@ -430,6 +508,52 @@ def test_promote_refuses_a_damaged_artifact(registered, redis_client, config, ca
     assert reg.pointers()["current"] == v
 
 
+def test_rollback_refuses_a_damaged_previous_artifact(registered, redis_client, config, capsys):
+    """Rollback moved the pointer to a damaged artifact without a look: a streamer starting without a fallback had no
+    model to serve."""
+    import shutil
+
+    reg, v = registered
+    reg.register("other", {"status": "registered"})
+    reg.store.put("other", reg.store.location(v))
+    reg.promote("other")
+    weights = reg.store.location(v) / "weights.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good + b"x")
+    before, log_len = reg.pointers(), redis_client.xlen(reg.keys.log)
+    err = _one_line_error(capsys, ["models", "rollback", "--config", config])
+    assert f"version {v} is damaged in the store, nothing rolled back" in err and "checksum" in err, err
+    assert reg.pointers() == before == {"current": "other", "previous": v}
+    assert redis_client.xlen(reg.keys.log) == log_len  # no rollback recorded
+    shutil.rmtree(reg.store.location(v))  # a missing artifact is refused too
+    err = _one_line_error(capsys, ["models", "rollback", "--config", config])
+    assert f"version {v} has no artifact in the store" in err and reg.pointers() == before
+    # Its artifact back: the rollback goes through.
+    reg.store.put(v, reg.store.location("other"))
+    assert kdsm(["models", "rollback", "--config", config]) == 0
+    capsys.readouterr()
+    assert reg.pointers() == {"current": v, "previous": "other"}
+
+
+def test_rollback_moves_nothing_when_previous_changes_while_its_artifact_is_checked(registered, monkeypatch):
+    reg, v = registered
+    for name in ("a", "b"):
+        reg.register(name, {"status": "registered"})
+        reg.store.put(name, reg.store.location(v))
+    reg.promote("a")  # current a, previous v
+    check = reg._check_artifact
+
+    def then_promote(version, refused):  # another operator's promote lands between the check and the script
+        check(version, refused)
+        monkeypatch.setattr(reg, "_check_artifact", check)
+        reg.promote("b")  # current b, previous a
+
+    monkeypatch.setattr(reg, "_check_artifact", then_promote)
+    with pytest.raises(RegistryError, match=f"previous pointer moved from {v}"):
+        reg.rollback()
+    assert reg.pointers() == {"current": "b", "previous": "a"}
+
+
 def test_a_retrain_request_with_an_id_in_the_future_waits_request_delay_s_not_for_ever(redis_client, config, prefix,
                                                                                          capsys, monkeypatch):
     redis_client.xadd(f"{prefix}retrain:requests", {"reason": "by hand"}, id="99999999999999-0")
@@ -454,6 +578,43 @@ def test_a_retrain_request_that_is_not_utf8_is_served_like_any_request(redis_cli
         (run,) = json.loads(capsys.readouterr().out)
         assert run["status"] == "failed"  # it ran (and had nothing to train on here)
     assert redis_client.xpending(key, "kdsm-retrain")["pending"] == 0
+
+
+@pytest.mark.parametrize("damage", ["not UTF-8", "wrong type"])
+def test_a_retrain_with_a_current_pointer_promote_refuses_fails_before_it_trains(registered, redis_client, redis_url,
+                                                                                 prefix, tmp_path, damage):
+    """It trained, registered and validated a model, then failed at promote (unexpected error: RegistryError)."""
+    from offline_train.config import load_settings
+    from streamer.lifecycle.archive import ArchiveSink, example_batch
+    from streamer.lifecycle.config import ArchiveConfig
+    from streamer.lifecycle.retrain import run_retrain
+
+    reg, v = registered
+    features = reg.get(v)["features"]
+    archive = tmp_path / "archive"
+    sink = ArchiveSink(ArchiveConfig(dir=str(archive), fsync=False), background=False)
+    for i in range(0, 1000, 500):  # enough rows to train on
+        sink.on_committed(example_batch(500, features=features, offset0=i, version=v, seed=i))
+        sink.flush()
+    sink.close()
+    s = load_settings(Settings, None, **{"data": {"features": features},  # what a model unreadable here leaves
+                                         "model": {"width": 32, "depth": 1}, "train": {"steps": 200, "seed": 0},
+                                         "redis": {"url": redis_url, "key_prefix": prefix},
+                                         "archive": {"dir": str(archive), "fsync": False},
+                                         "registry": {"store_dir": str(reg.store.root), "device": "cpu"},
+                                         "retrain": {"window_hours": None, "min_rows": 400, "gate_window_rows": 500}})
+    if damage == "not UTF-8":
+        redis_client.hset(reg.keys.pointers, "current", NOT_UTF8)
+    else:
+        redis_client.delete(reg.keys.pointers)
+        redis_client.set(reg.keys.pointers, "x")
+    with pytest.raises(RegistryError) as promote:
+        reg.promote(v)
+    res = run_retrain(s, reg, reason="schedule")
+    assert res.status == "failed" and res.exit_code == 1 and res.version is None
+    assert res.reason == str(promote.value)  # the one line promote gives, naming the key and its repair
+    assert redis_client.zrange(reg.keys.versions, 0, -1) == [v]  # nothing trained, nothing registered
+    assert json.loads(redis_client.xrevrange(reg.keys.runs, count=1)[0][1]["details"]) == {}
 
 
 def test_never_expires(redis_client, unique):

@@ -184,6 +184,8 @@ def test_every_client_is_built_by_the_passthrough_helpers():
     """No module builds a Kafka or Redis client around kafka_clients.py / lifecycle.control.connect (the one Redis factory)."""
     allowed = {("streamer/pipeline/kafka_clients.py", "KafkaProducer"), ("streamer/pipeline/kafka_clients.py", "KafkaConsumer"),
                ("streamer/pipeline/kafka_clients.py", "KafkaAdminClient"), ("streamer/lifecycle/control.py", "from_url"),
+               # control.undecoded: a copy of a client connect built (its settings), whose replies are not decoded
+               ("streamer/lifecycle/control.py", "Redis"),
                # `kdsm demo` reads alerts from the loopback dev broker it starts itself (never a secured cluster)
                ("streamer/dev/demo.py", "KafkaConsumer")}
     ctors = {"KafkaProducer", "KafkaConsumer", "KafkaAdminClient", "from_url", "Redis", "StrictRedis"}

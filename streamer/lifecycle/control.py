@@ -1,7 +1,8 @@
 """The Redis control plane: one client factory and one key schema for every key and channel.
 
 Every Redis client of the product is built by ``connect`` (``redis_client``
-reads its arguments from the ``redis`` config section); every key and
+reads its arguments from the ``redis`` config section; ``undecoded`` copies
+one for pub/sub, its settings unchanged); every key and
 channel name comes from ``Keys``. The hot path (live thresholds) uses the
 short ``redis.socket_timeout_s`` so a slow Redis never stalls scoring; the
 control-plane callers (registry, retrain, drift, the ``kdsm`` commands) use
@@ -36,6 +37,7 @@ Keys (``P`` = ``redis.key_prefix``, ``V`` = model version):
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from contextlib import contextmanager
@@ -43,6 +45,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
+
+log = logging.getLogger("kdsm.control")
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,18 @@ def connect(url: str, password: str | None = None, *, timeout_s: float | None = 
                                     socket_connect_timeout=connect_timeout_s, health_check_interval=health_check_interval)
     except ValueError as e:
         raise ConfigError(f"redis.url cannot be used: {e}") from None  # no URL: it may hold a password
+
+
+def undecoded(client):
+    """A client of ``client``'s server, with its settings, whose replies are not decoded: pub/sub, where ``read_raw``
+    cannot help (the subscribed connection decodes each message as it reads it, and one that is not UTF-8 raises at
+    every read after it). Decode each value with ``text_of``.
+    """
+    import redis
+
+    pool = client.connection_pool
+    return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class,
+                                                      **{**pool.connection_kwargs, "decode_responses": False}))
 
 
 class RedisUnavailable(ConnectionError):
@@ -263,18 +279,21 @@ def expect_types(client, error: type[Exception], expected: dict[str, str]):
 class ChannelWatcher:
     """Pub/sub plus a periodic re-read, in a daemon thread: the one watcher of the live thresholds and the registry.
 
-    ``on_message(data)`` runs for each notification on ``channel``;
+    ``on_message(data)`` runs for each notification on ``channel`` (its text);
     ``on_tick()`` runs every ``period_s`` without one, and right after each
     (re)subscription (a notification may have been missed meanwhile). Pub/sub
     may drop messages, so the tick bounds how stale a value can get. Any
     exception (Redis down, a bug in a callback) goes to ``on_error(exc)``,
     drops the subscription and retries after ``retry_s``: the watcher never
-    dies while the process serves.
+    dies while the process serves. A notification that is not UTF-8 (published
+    by hand: kdsm publishes version names) is read undecoded and ignored, with
+    one warning naming the channel: the subscription stays.
     """
 
     def __init__(self, client, channel: str, *, period_s: float, on_message, on_tick, on_error,
                  wait_s: float = 1.0, retry_s: float = 1.0, name: str = "kdsm-watch"):
         self.client, self.channel, self.period_s = client, channel, period_s
+        self._raw = undecoded(client)  # the subscription's connection: notifications are read undecoded
         self.on_message, self.on_tick, self.on_error = on_message, on_tick, on_error
         self.wait_s, self.retry_s = min(wait_s, period_s), retry_s
         self._stop = threading.Event()
@@ -304,12 +323,16 @@ class ChannelWatcher:
         while not self._stop.is_set():
             try:
                 if pubsub is None:
-                    pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                    pubsub = self._raw.pubsub(ignore_subscribe_messages=True)
                     pubsub.subscribe(self.channel)
                     next_tick = 0.0
                 msg = pubsub.get_message(timeout=self.wait_s)
-                if msg is not None:
-                    self.on_message(msg["data"])
+                data = text_of(msg["data"]) if msg is not None else None
+                if isinstance(data, NotUtf8):
+                    log.warning({"event": "bad_notification", "channel": self.channel, "data": data[:80],
+                                 "why": "not UTF-8 (published by hand?)", "action": "ignored"})
+                elif msg is not None:
+                    self.on_message(data)
                     next_tick = time.monotonic() + self.period_s
                 elif time.monotonic() >= next_tick:
                     self.on_tick()
@@ -322,3 +345,4 @@ class ChannelWatcher:
                 self._stop.wait(self.retry_s)
         if pubsub is not None:
             self._close(pubsub)
+        self._raw.connection_pool.disconnect()

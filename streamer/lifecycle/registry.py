@@ -115,6 +115,7 @@ class LockLost(RegistryError):
 
 # Atomic pointer moves: read, move, publish and audit in one server-side step. A promotion under a lock
 # (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step.
+# A rollback moves them only if previous is still ARGV[4], the version whose artifact it checked (else 0).
 _PROMOTE = """
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
 local cur = redis.call('HGET', KEYS[1], 'current')
@@ -129,6 +130,7 @@ _ROLLBACK = """
 local cur = redis.call('HGET', KEYS[1], 'current')
 local prev = redis.call('HGET', KEYS[1], 'previous')
 if not prev or prev == '' then return false end
+if prev ~= ARGV[4] then return 0 end
 redis.call('HSET', KEYS[1], 'current', prev, 'previous', cur or '')
 redis.call('PUBLISH', ARGV[1], prev)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', 'rollback', 'from', cur or '', 'to', prev, 'reason', ARGV[2], 'time', ARGV[3])
@@ -282,6 +284,25 @@ class ModelRegistry:
         with self._state():
             return text_of(read_raw(self.r, "HGET", self.keys.pointers, "current")) or None
 
+    def checked_current_version(self) -> str | None:
+        """``current_version``, a pointer that is not UTF-8 a ``RegistryError`` naming it and its repair: what promote
+        refuses, so a retrain checks it before it trains (and a pointers key of another type is one too)."""
+        v = self.current_version()
+        if isinstance(v, NotUtf8):
+            raise _not_utf8_pointer(self.keys, "current", v)
+        return v
+
+    def _check_artifact(self, version: str, refused: str) -> None:
+        """``version``'s artifact is in the store and matches its checksums (read without loading the model), else a
+        ``RegistryError`` ending in ``refused``: what promote and rollback check before they move a pointer to it."""
+        if not self.store.exists(version):
+            raise RegistryError(f"version {version} has no artifact in the store ({self.store.location(version)}), "
+                                f"{refused}")
+        try:
+            read_artifact(self.store.location(version), arrays="numpy")
+        except (ArtifactError, OSError) as e:
+            raise RegistryError(f"version {version} is damaged in the store, {refused}: {e}") from None
+
     def promote(self, version: str, reason: str = "manual", force: bool = False,
                 lock_token: str | bytes | None = None) -> tuple[str | None, str]:
         """Make ``version`` current (the old current becomes previous); returns the pointers after it: (previous, current).
@@ -297,19 +318,12 @@ class ModelRegistry:
         meta = self.get(version)
         if meta is None:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
-        if not self.store.exists(version):
-            raise RegistryError(f"version {version} has no artifact in the store ({self.store.location(version)})")
-        try:
-            read_artifact(self.store.location(version), arrays="numpy")
-        except (ArtifactError, OSError) as e:
-            raise RegistryError(f"version {version} is damaged in the store, not promoted: {e}") from None
+        self._check_artifact(version, "not promoted")
         if meta.get("status") == "rejected" and not force:
             gate = meta.get("gate")
             why = gate.get("reason") if isinstance(gate, dict) else gate
             raise RegistryError(f"version {version} failed the validation gate ({why}); use --force to promote anyway")
-        was = self.current_version()
-        if isinstance(was, NotUtf8):  # the script's reply would hold it: undecodable
-            raise _not_utf8_pointer(self.keys, "current", was)
+        was = self.checked_current_version()  # not UTF-8: the script's reply would hold it, undecodable
         with self._state(lock=bool(lock_token)):
             res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
                                 args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
@@ -321,10 +335,21 @@ class ModelRegistry:
         return (prev or None), new
 
     def rollback(self, reason: str = "manual") -> tuple[str | None, str]:
-        """current <- previous (and previous <- the old current, so a second rollback undoes the first)."""
-        self.pointers()  # a pointer that is not UTF-8: its one line, not an undecodable reply of the script
+        """current <- previous (and previous <- the old current, so a second rollback undoes the first).
+
+        Refuses, as promote does, a previous version whose artifact is missing or damaged (checksums): nothing moves.
+        The script moves the pointers only if previous is still the version checked (else nothing moves either).
+        """
+        prev = self.pointers()["previous"]  # not UTF-8: its one line, not an undecodable reply of the script
+        if prev is None:
+            raise RegistryError("nothing to roll back to: no previous version")
+        self._check_artifact(prev, "nothing rolled back")
         with self._state():
-            res = self._rollback(keys=[self.keys.pointers, self.keys.log], args=[self.keys.channel, reason, _now_iso()])
+            res = self._rollback(keys=[self.keys.pointers, self.keys.log],
+                                 args=[self.keys.channel, reason, _now_iso(), prev])
+        if res == 0:
+            raise RegistryError(f"the previous pointer moved from {prev} while its artifact was checked (another "
+                                "promote or rollback?): nothing rolled back; look at kdsm models list, then run it again")
         if not res:
             raise RegistryError("nothing to roll back to: no previous version")
         return (res[0] or None), res[1]
@@ -355,11 +380,15 @@ class RegistryModelProvider:
         self._cond = threading.Condition()
         self._pubsub_client = pubsub_client
         self._model: KDSM | None = None
+        self._bad_key: str | None = None  # why the registry's keys cannot be read (logged once)
+        action = "serving the fallback model" if fallback is not None else "no fallback model to serve"
         try:
             v = registry.current_version()
+        except RegistryError as e:  # Redis answers, but a registry key holds another type (written by hand)
+            self._damaged(str(e), action)
+            v = None
         except Exception as e:  # Redis down at start: serve the fallback, the watch thread keeps trying
-            log.warning({"event": "registry_unreachable", "error": str(e),
-                         "action": "serving the fallback model" if fallback is not None else "no fallback model to serve"})
+            log.warning({"event": "registry_unreachable", "error": str(e), "action": action})
             v = None
         if v is not None:
             try:
@@ -421,12 +450,23 @@ class RegistryModelProvider:
             self.metrics.model_refused.inc()
         self.refused[version] = why
 
+    def _damaged(self, why: str, action: str) -> None:
+        """A registry key of another Redis type: ``why`` names it and its repair; logged once, not at every check."""
+        if self._bad_key != why:
+            log.error({"event": "bad_registry_key", "error": why, "action": action})
+        self._bad_key = why
+
     def _watch_failed(self, e: Exception) -> None:  # Redis down or a bug: keep serving, retry later
         log.warning({"event": "registry_watch_failed", "error": str(e), "action": "retrying"})
 
     def check(self, reason: str = "poll") -> bool:
         """Swap to the registry's current version if it differs and loads; True when a swap happened."""
-        v = self.registry.current_version()
+        try:
+            v = self.registry.current_version()
+        except RegistryError as e:  # not Redis down: retrying the subscription would not help
+            self._damaged(str(e), "the old model keeps serving")
+            return False
+        self._bad_key = None
         if v is None or v == self._model.version_:
             return False
         try:
@@ -454,12 +494,10 @@ def serving_model_dir(settings) -> str:
 
         try:
             reg = ModelRegistry.from_settings(settings)
-            current = reg.current_version()
+            current = reg.checked_current_version()
         except (redis.RedisError, OSError) as e:
             log.warning({"event": "registry_unreachable_using_stream_model", "error": str(e)})
             current = None
-        if isinstance(current, NotUtf8):
-            raise _not_utf8_pointer(reg.keys, "current", current)
         if current is not None:
             return str(reg.store.location(current))
     if not settings.stream.model:

@@ -287,7 +287,10 @@ def _not_acquired(registry: ModelRegistry) -> RetrainResult:
 
 def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: RetrainLock) -> RetrainResult:
     rc = settings.retrain
-    cur_version = registry.current_version()
+    try:  # a current pointer promote refuses (not UTF-8, a key of another type): said now, not after the training
+        cur_version = registry.checked_current_version()
+    except RegistryError as e:
+        return RetrainResult("failed", reason=str(e))
     current = None
     if cur_version:
         try:
