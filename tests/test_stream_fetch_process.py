@@ -50,6 +50,10 @@ def test_a_frame_keeps_every_column_across_topics():
     assert back.partitions.tolist() == [2, 0, 1] and back.offsets.tolist() == [7, 3, 9]
     assert back.timestamps_ms.tolist() == [-1, 5, 6] and back.polled_at == 3.25
     assert back.commit_offsets() == rb.commit_offsets()
+    assert back.headers is None  # no record has headers: no column travels
+    rb.headers = [[], [("trace", b"t1"), ("trace", b"\xff"), ("null", None)], []]
+    back = unpack_batch(pack_batch(9, rb))[1]
+    assert [back.headers_at(i) for i in range(3)] == [(), [("trace", b"t1"), ("trace", b"\xff"), ("null", None)], ()]
 
 
 @pytest.mark.integration

@@ -15,6 +15,7 @@ import pytest
 from conftest import make_blobs
 from kafka import KafkaProducer
 from stream_support import StreamerThread, create_topics, event, make_settings, read_topic, wait_for
+from txn_reader import read_committed
 
 from offline_train.detector import KDSM
 from streamer.lifecycle.control import connect
@@ -203,3 +204,84 @@ def test_events_nested_to_the_parser_limit_and_odd_event_times_never_stop_the_st
             assert dead[off]["reason"] == "invalid_json", dead[off]
     assert all(dead.get(off, {}).get("reason") == "invalid_timestamp" for off in odd_ts), [dead.get(o) for o in odd_ts]
     assert len(alerts) + len(dead) == len(values)
+
+
+TRACE = ("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+
+
+@pytest.mark.parametrize(("fetch_process", "delivery"),
+                         [(False, "at_least_once"), (True, "at_least_once"), (True, "exactly_once")],
+                         ids=["in-process", "fetch-process", "fetch-process-exactly-once"])
+def test_a_dead_letter_carries_the_events_headers(kafka_bootstrap, redis_url, unique, tiny_model_dir, fetch_process,
+                                                  delivery):
+    """A reader who traces events by header finds them on the dead letter: in order, duplicates and binary values
+    as they came, through the fetch process's pipe too. Headers too large for the dead letter's budget (half of
+    ``deadletter_max_bytes``) are left out whole and counted in ``kdsm.headers_left_out``, appended last; a fallback
+    record (a 2 MB key) keeps the short ones; value and headers stay within ``deadletter_max_bytes``."""
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50,
+                      fetch_process=fetch_process)
+    if delivery == "exactly_once":
+        s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
+    create_topics(s)
+    _alert_everything(s, model, redis_url)
+    names = model.feature_names_
+    X = make_blobs(n=1300, seed=0)[0][1200:]
+    left_out = ("kdsm.headers_left_out", b"1")
+    blob = ("blob", b"x" * 200_000)  # over half of the 256 KiB budget
+    bad = {  # after valid event i: (key, value, headers, the headers its dead letter must carry)
+        10: (b"a", b"not json", [TRACE, ("schema", b"\x00\xffv2"), ("dup", b"1"), ("dup", b"2"), ("empty", b"")], None),
+        20: (b"b", b"not json", [], []),
+        30: (b"c", b"not json", [blob, TRACE], [TRACE, left_out]),  # the trace id after the blob is still kept
+        40: (b"d", b'{"id": "big", "pad": "' + b"x" * MB + b'"}', [TRACE, ("note", b"n" * 100_000)], None),
+        50: (b"K" * (2 * MB), b"not json", [TRACE, ("note", b"n" * 1000)], [TRACE, left_out]),  # its fallback record
+        60: (b"e", b"not json", [("kdsm.headers_left_out", b"7"), blob], [("kdsm.headers_left_out", b"7"), left_out]),
+    }
+    records, valid, expected = [], [], {}
+    for i, x in enumerate(X):
+        # Valid events with and without headers: a batch's headers column is mixed.
+        records.append((f"k{i}".encode(), event(f"v{i}", x, names), [TRACE] if i % 2 else []))
+        valid.append(f"v{i}")
+        if i in bad:
+            key, value, headers, want = bad[i]
+            expected[len(records)] = (key, headers if want is None else want)
+            records.append((key, value, headers))
+    p = KafkaProducer(bootstrap_servers=s.kafka.bootstrap, acks="all", max_request_size=16 * MB, linger_ms=5)
+    for key, value, headers in records:
+        p.send(s.kafka.events_topic, key=key, value=value, headers=headers)
+    p.flush()
+    p.close()
+
+    streamer = StreamerThread(s).start()
+    try:
+        alerts = {}
+
+        def settled():
+            alerts.update(_alerts_by_event(s, len(valid), timeout=2))
+            return set(valid) <= set(alerts) or not streamer.thread.is_alive()
+
+        wait_for(settled, timeout=60, every=0.5)
+        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+    finally:
+        streamer.stop()
+    if delivery == "exactly_once":  # what a read_committed reader sees: every dead letter committed, once
+        view = read_committed(kafka_bootstrap, s.kafka.deadletter_topic, 1)
+        dead, uncommitted = view.records, view.aborted + view.open
+        assert uncommitted == 0, (view.aborted, view.open)
+    else:
+        dead = read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, len(expected), timeout=20)
+    by_offset = {json.loads(r.value)["source"]["offset"]: r for r in dead}
+    assert len(dead) == len(by_offset) and set(by_offset) == set(expected)
+    for off, (key, want) in expected.items():
+        r = by_offset[off]
+        d = json.loads(r.value)
+        assert [(n, bytes(v)) for n, v in r.headers] == want, (off, r.headers[:4])
+        assert len(r.value) + sum(len(n.encode()) + len(v) for n, v in r.headers) <= s.kafka.deadletter_max_bytes
+        if len(key) > 256:
+            assert "MessageSizeTooLargeError" in d["publish_fallback"]["error"]
+            assert r.key == hashlib.sha256(key).hexdigest().encode()
+        else:
+            assert "publish_fallback" not in d and r.key == key
+            assert d["reason"] == ("oversized" if d["payload_bytes"] > s.kafka.max_event_bytes else "invalid_json")
+    big = json.loads(by_offset[next(o for o, (k, _) in expected.items() if k == b"d")].value)
+    assert big["payload_truncated"] is True and big["payload"]  # the payload took what the headers left

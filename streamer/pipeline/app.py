@@ -71,7 +71,7 @@ from .checkpoint import (
     TransactionAborted,
     TransactionalCheckpointer,
 )
-from .deadletter import dead_letter
+from .deadletter import dead_letter, dead_letter_headers
 from .decode import Decoded, Decoder, Reject
 from .decode_spec import SpecDecoder
 from .fetcher import FetchProcess
@@ -387,12 +387,13 @@ class StreamApp:
             alert_ts = rb.timestamps_ms[dec.rows[res.alert_rows]].tolist()
             for (key, value), ts_ms in zip(alerts, alert_ts, strict=True):
                 self.checkpoint.send(flight, k.alerts_topic, key, value).add_callback(self._alert_acked, ts_ms)
-        for r in dec.rejects:
+        for r in dec.rejects:  # the original key and headers, so a dead letter is found as the event was
+            headers, header_bytes = dead_letter_headers(rb.headers_at(r.index), k.deadletter_max_bytes)
             self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
                                  dead_letter(rb.values[r.index], rb.topics[r.index], int(rb.partitions[r.index]),
                                              int(rb.offsets[r.index]), r.reason, r.message,
-                                             int(rb.timestamps_ms[r.index]), model.version_, k.deadletter_max_bytes,
-                                             k.deadletter_oversize))
+                                             int(rb.timestamps_ms[r.index]), model.version_,
+                                             k.deadletter_max_bytes - header_bytes, k.deadletter_oversize), headers)
         rows = dec.rows
         flight.scored = ScoredBatch(
             topics=[rb.topics[i] for i in rows.tolist()], partitions=rb.partitions[rows], offsets=rb.offsets[rows],

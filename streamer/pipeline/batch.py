@@ -11,16 +11,29 @@ the pipeline works on arrays, not on record objects.
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 from kafka.structs import TopicPartition
+
+_headers = operator.attrgetter("headers")
+_pack = msgspec.msgpack.Encoder().encode
+_unpack = msgspec.msgpack.Decoder(list[tuple[str, bytes | None]]).decode
 
 
 @dataclass
 class RecordBatch:
-    """Polled records as columns; ``values`` are the raw bytes (None for tombstones)."""
+    """Polled records as columns; ``values`` are the raw bytes (None for tombstones).
+
+    ``headers`` holds each record's Kafka headers ((name, value) pairs), or is None when no record of the batch
+    has any: the common case then carries no per-record column (through the fetch process's pipe either). From
+    the fetch process each record's headers come packed (``packed_headers``): read them with ``headers_at``, which
+    unpacks only the few records that need them (dead letters), not every record of a traced stream (unpacking the
+    column took 0.5 us a record, a tenth of the loop's time per record).
+    """
 
     topics: list[str]
     partitions: np.ndarray  # int32
@@ -29,6 +42,7 @@ class RecordBatch:
     keys: list
     values: list
     polled_at: float  # time.time() when the poll returned
+    headers: list | None = None
 
     @classmethod
     def from_records(cls, records: list) -> RecordBatch:
@@ -36,7 +50,8 @@ class RecordBatch:
                    partitions=np.fromiter((r.partition for r in records), np.int32, len(records)),
                    offsets=np.fromiter((r.offset for r in records), np.int64, len(records)),
                    timestamps_ms=np.fromiter((r.timestamp if r.timestamp is not None else -1 for r in records), np.int64, len(records)),
-                   keys=[r.key for r in records], values=[r.value for r in records], polled_at=time.time())
+                   keys=[r.key for r in records], values=[r.value for r in records], polled_at=time.time(),
+                   headers=list(map(_headers, records)) if any(map(_headers, records)) else None)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -47,8 +62,11 @@ class RecordBatch:
 
         >>> a = RecordBatch(["t"], np.array([0], np.int32), np.array([4]), np.array([1]), [None], [b"a"], 1.0)
         >>> b = RecordBatch.concat([a, a.take(0, 0), a])
-        >>> len(b), b.offsets.tolist(), b.values, b.polled_at
-        (2, [4, 4], [b'a', b'a'], 1.0)
+        >>> len(b), b.offsets.tolist(), b.values, b.polled_at, b.headers
+        (2, [4, 4], [b'a', b'a'], 1.0, None)
+        >>> h = RecordBatch(["t"], np.array([0], np.int32), np.array([5]), np.array([1]), [None], [b"h"], 1.0, [[("trace", b"t")]])
+        >>> RecordBatch.concat([a, h]).headers  # one part with headers: then every row has its own
+        [(), [('trace', b't')]]
         """
         if len(parts) == 1:
             return parts[0]
@@ -58,12 +76,33 @@ class RecordBatch:
                    offsets=np.concatenate([p.offsets for p in parts]),
                    timestamps_ms=np.concatenate([p.timestamps_ms for p in parts]),
                    keys=[k for p in parts for k in p.keys], values=[v for p in parts for v in p.values],
-                   polled_at=parts[-1].polled_at)
+                   polled_at=parts[-1].polled_at,
+                   headers=None if all(p.headers is None for p in parts) else
+                   [h for p in parts for h in (p.headers if p.headers is not None else [()] * len(p))])
 
     def take(self, start: int, stop: int) -> RecordBatch:
         """Records ``start`` to ``stop`` (a slice, in order)."""
         return RecordBatch(self.topics[start:stop], self.partitions[start:stop], self.offsets[start:stop],
-                           self.timestamps_ms[start:stop], self.keys[start:stop], self.values[start:stop], self.polled_at)
+                           self.timestamps_ms[start:stop], self.keys[start:stop], self.values[start:stop], self.polled_at,
+                           None if self.headers is None else self.headers[start:stop])
+
+    def headers_at(self, i: int):
+        """Record ``i``'s headers ((name, value) pairs; empty when it has none), unpacked if packed.
+
+        >>> rb = RecordBatch(["t", "t"], np.array([0, 0], np.int32), np.array([5, 6]), np.array([1, 1]), [None, None],
+        ...                  [b"h", b"i"], 1.0, [[("trace", b"t"), ("n", None)], []])
+        >>> rb.headers = rb.packed_headers()
+        >>> rb.headers[1], rb.headers_at(0), rb.headers_at(1)
+        (None, [('trace', b't'), ('n', None)], ())
+        """
+        h = () if self.headers is None else self.headers[i]
+        return _unpack(h) if isinstance(h, bytes) else h or ()
+
+    def packed_headers(self) -> list | None:
+        """The headers column with each record's headers packed (MessagePack bytes; None where it has none), as the
+        fetch process sends it: one bytes object a record for the streamer to receive, not a list of lists."""
+        return None if self.headers is None else [h if isinstance(h, bytes) else _pack(h) if h else None
+                                                   for h in self.headers]
 
     def commit_offsets(self) -> dict[TopicPartition, int]:
         """Next offset to consume per partition (last offset + 1), the value a commit stores.

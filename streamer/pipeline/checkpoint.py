@@ -12,11 +12,12 @@ At-least-once (DESIGN 6) rests on this order for every batch:
    ``send`` raised at once, such as ``MessageSizeTooLargeError``) is re-sent
    up to ``resend_attempts`` times; a message refused for what it is (a
    non-retriable error) or still refused after the retries is replaced by a
-   small fallback record (``publish_fallback``), so one message never holds
-   up its partition; the batch is not committed until every message or its
-   fallback is acknowledged; if a fallback is refused too (the broker is
-   gone), ``DeliveryError`` stops the streamer *without* committing, so a
-   restart re-reads the batch (duplicates, never loss);
+   small fallback record (``publish_fallback``; the message's short headers
+   kept), so one message never holds up its partition; the batch is not
+   committed until every message or its fallback is acknowledged; if a
+   fallback is refused too (the broker is gone), ``DeliveryError`` stops the
+   streamer *without* committing, so a restart re-reads the batch
+   (duplicates, never loss);
 4. only then are the offsets (last offset + 1 per partition) committed for
    the oldest batches first (every batch, or with ``kafka.commit_interval_ms``
    the acknowledged batches at most once per interval: fewer synchronous
@@ -101,7 +102,7 @@ from kafka.future import Future
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from .batch import ScoredBatch
-from .fallback import fallback_key, fallback_record
+from .fallback import fallback_headers, fallback_key, fallback_record
 
 log = logging.getLogger("kdsm.checkpoint")
 
@@ -137,6 +138,7 @@ class Send:
     value: bytes
     future: Future
     fallback: bool = False  # this is the small record that replaced a refused message
+    headers: list | None = None  # Kafka headers, (name, value) pairs (a dead letter's: the event's own)
 
     def ok(self) -> bool:
         return self.future.is_done and self.future.succeeded()
@@ -168,14 +170,14 @@ class Checkpointer:
         self.failed_commits = 0
         self._failed_in_a_row = 0
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> Future:
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
         """Hand one message to the producer; returns its future (resolved by the broker's ack).
 
         A refusal before it leaves (e.g. MessageSizeTooLargeError) is a failed
         future, handled like a nack: re-sent, then replaced by its fallback.
         """
-        fut = self._send(topic, key, value)
-        batch.sends.append(Send(topic, key, value, fut))
+        fut = self._send(topic, key, value, headers)
+        batch.sends.append(Send(topic, key, value, fut, headers=headers))
         return fut
 
     def add(self, batch: InFlight) -> None:
@@ -229,9 +231,9 @@ class Checkpointer:
         return self._committed(ready)
 
     # ------------------------------------------------------------------ internals
-    def _send(self, topic: str, key: bytes | None, value: bytes) -> Future:
+    def _send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
         try:
-            return self.producer.send(topic, key=key, value=value)
+            return self.producer.send(topic, key=key, value=value, headers=headers or None)
         except KafkaError as e:  # refused before it left (e.g. MessageSizeTooLargeError): handled like a nack
             return Future().failure(e)
 
@@ -266,7 +268,8 @@ class Checkpointer:
                 time.sleep(min(2.0, 0.2 * 2**attempt))
             last = attempt >= self.resend_attempts
             batch.sends = [s for s in batch.sends if s.ok()] + [
-                self._fall_back(s) if last or not _retriable(s) else Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value))
+                self._fall_back(s) if last or not _retriable(s)
+                else Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value, s.headers), headers=s.headers)
                 for s in failed]
         raise DeliveryError(f"{len(failed)} alert/dead-letter message(s) and their fallbacks were not acknowledged "
                             "by the broker; offsets not committed")
@@ -278,8 +281,8 @@ class Checkpointer:
         if self.metrics is not None:
             self.metrics.fallbacks.labels(s.topic).inc()
         log.warning({"event": "publish_fallback", "topic": s.topic, "original_bytes": len(s.value), "error": error})
-        key = fallback_key(s.key)
-        return Send(s.topic, key, value, self._send(s.topic, key, value), fallback=True)
+        key, headers = fallback_key(s.key), fallback_headers(s.headers)
+        return Send(s.topic, key, value, self._send(s.topic, key, value, headers), fallback=True, headers=headers)
 
     def _acked_offsets(self, batches: list[InFlight]) -> dict[TopicPartition, OffsetAndMetadata]:
         """Steps 2-3 for every batch, then the offsets to commit (oldest first: a later batch's supersedes)."""
@@ -388,9 +391,9 @@ class TransactionalCheckpointer(Checkpointer):
         finally:
             self._open = False
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes) -> Future:
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
         self._begin()  # step 1
-        s = Send(topic, key, value, self._send(topic, key, value))
+        s = Send(topic, key, value, self._send(topic, key, value, headers), headers=headers)
         if s.future.is_done and not s.future.succeeded() and not _retriable(s):
             s = self._fall_back(s)  # refused before it left (too large): the small record, same transaction
         batch.sends.append(s)

@@ -6,7 +6,9 @@ payload, however large, can be refused by the producer or the broker and
 stop its partition: a longer payload is cut to its first bytes
 (``oversize="truncate"``) or left out (``"digest"``), with
 ``payload_truncated: true``; ``payload_bytes`` and ``payload_sha256``
-always describe the whole original. The Kafka key is the original key.
+always describe the whole original. The Kafka key is the original key, its
+headers the original headers (``dead_letter_headers``): they take up to half
+of ``max_bytes``, and the value is built within what they leave.
 
 >>> import json
 >>> m = json.loads(dead_letter(b"\\xff", "t", 0, 7, "invalid_utf8", "bad byte", None, "v1"))
@@ -15,6 +17,10 @@ always describe the whole original. The Kafka key is the original key.
 >>> big = dead_letter(b"x" * 5000, "t", 0, 8, "oversized", "too big", None, "v1", max_bytes=1000)
 >>> len(big) <= 1000, json.loads(big)["payload_truncated"], json.loads(big)["payload_bytes"]
 (True, True, 5000)
+>>> dead_letter_headers([("traceparent", b"00-ab-cd-01")], 1000)
+([('traceparent', b'00-ab-cd-01')], 22)
+>>> bounded_headers([("trace", b"t1"), ("blob", b"x" * 100), ("schema", None)], budget=20)
+([('trace', b't1'), ('schema', b''), ('kdsm.headers_left_out', b'1')], 35)
 """
 
 from __future__ import annotations
@@ -56,6 +62,44 @@ def dead_letter(value: bytes | None, topic: str, partition: int, offset: int, re
         if len(out) <= max_bytes or not keep:
             return out
         keep = int(keep * max_bytes / len(out) * 0.95) if oversize == "truncate" else 0
+
+
+def dead_letter_headers(headers, max_bytes: int = 262144) -> tuple[list[tuple[str, bytes]], int]:
+    """The original record's headers for its dead letter, and the bytes they take: the value gets ``max_bytes``
+    less these. At most half of ``max_bytes``, so headers never crowd the payload's digest and sizes out, and
+    value and headers together stay within ``max_bytes`` (docs/streaming.md, "Dead letter")."""
+    return bounded_headers(headers, max_bytes // 2)
+
+
+# The original record's headers on what the streamer publishes for it (its dead letter, a fallback record).
+# A reader who traces events by header (a trace id, a schema id) finds them as they came: in order, duplicates
+# included, each whole (a cut trace id is a wrong one). Bounded like the rest of the message, so none can make it
+# too large to publish: those past the budget are left out and ``kdsm.headers_left_out`` (the count, ASCII digits)
+# is appended after the kept ones. Ours come last and only under ``kdsm.`` names; a header of that name among the
+# originals (a re-driven dead letter's) is kept as it came, so a reader takes the last one of a name (Java's
+# ``Headers.lastHeader``). A null value becomes empty bytes: kafka-python's producer takes bytes only (TypeError).
+LEFT_OUT = "kdsm.headers_left_out"
+
+
+def bounded_headers(headers, budget: int, each: int | None = None) -> tuple[list[tuple[str, bytes]], int]:
+    """``headers`` ((name, value) pairs) as the producer takes them, within ``budget`` bytes of names and values
+    (each header within ``each``), then our ``LEFT_OUT`` header if any was left out (a few bytes past the budget);
+    returns them and the bytes they take, ours included."""
+    if not headers:  # the common case: no header, no work
+        return [], 0
+    kept, used, left_out = [], 0, 0
+    for name, value in headers:
+        value = b"" if value is None else bytes(value)
+        size = len(name.encode()) + len(value)
+        if used + size > budget or (each is not None and size > each):
+            left_out += 1  # a later, smaller header may still fit: a trace id after a large blob is kept
+            continue
+        kept.append((name, value))
+        used += size
+    if left_out:
+        kept.append((LEFT_OUT, str(left_out).encode()))
+        used += len(LEFT_OUT) + len(kept[-1][1])
+    return kept, used
 
 
 def _utf8(value: bytes) -> bool:

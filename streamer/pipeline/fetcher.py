@@ -19,16 +19,18 @@ and the loop's own work adds to it instead of overlapping (docs/streaming.md, "T
   epoch. So it scores only records of partitions it owns, from the offsets it asked for.
 
 Frames are msgspec MessagePack in ``multiprocessing.connection`` length-prefixed messages over the child's
-stdin (setup, then assignments) and stdout (batches); nothing is pickled. The child ignores SIGINT (a Ctrl-C
+stdin (setup, then assignments) and stdout (batches); nothing is pickled. The records' Kafka headers travel as one
+more column: a nil when none of them has any (the common case: one byte a frame), else each record's headers packed
+by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter. The child ignores SIGINT (a Ctrl-C
 reaches the whole process group; the streamer decides when to stop) and exits when its stdin closes, so it
 never outlives the streamer. If the child exits, the streamer stops with one line (``FetchProcessExited``,
 exit 1): nothing it had not yet received was committed.
 
 >>> rb = RecordBatch(["t", "t"], np.array([0, 1], np.int32), np.array([5, 9]), np.array([1, 2]), [None, b"k"],
-...                  [b"{}", None], 12.5)
+...                  [b"{}", None], 12.5, [[], [("trace", b"t1"), ("n", None)]])
 >>> epoch, back = unpack_batch(pack_batch(3, rb))
->>> epoch, back.topics, back.partitions.tolist(), back.offsets.tolist(), back.keys, back.values
-(3, ['t', 't'], [0, 1], [5, 9], [None, b'k'], [b'{}', None])
+>>> epoch, back.topics, back.partitions.tolist(), back.offsets.tolist(), back.keys, back.values, back.headers_at(1)
+(3, ['t', 't'], [0, 1], [5, 9], [None, b'k'], [b'{}', None], [('trace', b't1'), ('n', None)])
 """
 
 from __future__ import annotations
@@ -68,15 +70,15 @@ def pack_batch(epoch: int, rb: RecordBatch) -> bytes:
     index = {t: i for i, t in enumerate(names)}
     codes = b"" if len(names) == 1 else np.fromiter((index[t] for t in rb.topics), np.uint16, len(rb)).tobytes()
     return _encode((epoch, names, codes, rb.partitions.astype(np.int32).tobytes(), rb.offsets.astype(np.int64).tobytes(),
-                    rb.timestamps_ms.astype(np.int64).tobytes(), rb.keys, rb.values, rb.polled_at))
+                    rb.timestamps_ms.astype(np.int64).tobytes(), rb.keys, rb.values, rb.polled_at, rb.packed_headers()))
 
 
 def unpack_batch(frame: bytes) -> tuple[int, RecordBatch]:
-    epoch, names, codes, parts, offs, ts, keys, values, polled_at = _decode(frame)
+    epoch, names, codes, parts, offs, ts, keys, values, polled_at, headers = _decode(frame)
     topics = names * len(values) if len(names) == 1 else [names[i] for i in np.frombuffer(codes, np.uint16).tolist()]
     return epoch, RecordBatch(topics=topics, partitions=np.frombuffer(parts, np.int32),
                               offsets=np.frombuffer(offs, np.int64), timestamps_ms=np.frombuffer(ts, np.int64),
-                              keys=keys, values=values, polled_at=polled_at)
+                              keys=keys, values=values, polled_at=polled_at, headers=headers)
 
 
 class FetchProcessExited(DeliveryError):
