@@ -285,3 +285,68 @@ def test_a_dead_letter_carries_the_events_headers(kafka_bootstrap, redis_url, un
             assert d["reason"] == ("oversized" if d["payload_bytes"] > s.kafka.max_event_bytes else "invalid_json")
     big = json.loads(by_offset[next(o for o, (k, _) in expected.items() if k == b"d")].value)
     assert big["payload_truncated"] is True and big["payload"]  # the payload took what the headers left
+
+
+class _RawName(str):
+    """A header name kafka-python's producer writes as these bytes: not UTF-8 (a C producer can write one)."""
+
+    def encode(self, *a, **k):
+        return b"\xff\xfe"
+
+
+@pytest.mark.parametrize(("fetch_process", "partitions", "delivery"),
+                         [(False, 1, "at_least_once"), (False, 2, "at_least_once"), (True, 1, "at_least_once"),
+                          (True, 2, "at_least_once"), (False, 2, "exactly_once")],
+                         ids=["in-process", "in-process-2-partitions", "fetch-process", "fetch-process-2-partitions",
+                              "in-process-2-partitions-exactly-once"])
+def test_a_record_kafka_python_cannot_read_is_dead_lettered_not_a_poison_pill(kafka_bootstrap, redis_url, unique,
+                                                                              tiny_model_dir, fetch_process, partitions,
+                                                                              delivery):
+    """A record whose header name is not UTF-8 makes kafka-python's poll raise CorruptRecordError, again at every
+    poll (the position stays on it): the streamer crashed, and a restart met it again. It is dead-lettered now
+    (``corrupt_record``, no payload: the record cannot be read), the streamer reads on past it, every valid event
+    before and after it alerts, and the streamer stays alive."""
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50,
+                      fetch_process=fetch_process)
+    if delivery == "exactly_once":
+        s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
+    create_topics(s, partitions=partitions)
+    _alert_everything(s, model, redis_url)
+    names = model.feature_names_
+    X = make_blobs(n=1300, seed=0)[0][1200:]
+    p = KafkaProducer(bootstrap_servers=s.kafka.bootstrap, acks="all")
+    valid, corrupt = [], []
+    for i, x in enumerate(X):
+        part = i % partitions
+        p.send(s.kafka.events_topic, event(f"v{i}", x, names), key=f"k{i}".encode(), partition=part).get(10)
+        valid.append(f"v{i}")
+        if i in (9, 55, 56):  # two in a row too: the second is met right after seeking past the first
+            md = p.send(s.kafka.events_topic, b'{"a": 1}', key=b"bad", partition=part,
+                        headers=[(_RawName("xx"), b"v")]).get(10)
+            corrupt.append((md.partition, md.offset))
+    p.close()
+
+    streamer = StreamerThread(s).start()
+    try:
+        alerts, dead = {}, {}
+
+        def settled():
+            alerts.update(_alerts_by_event(s, len(valid), timeout=2))
+            for r in read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, len(corrupt), timeout=1):
+                m = json.loads(r.value)
+                dead[(m["source"]["partition"], m["source"]["offset"])] = m
+            return (set(valid) <= set(alerts) and len(dead) >= len(corrupt)) or not streamer.thread.is_alive()
+
+        wait_for(settled, timeout=60, every=0.5)
+        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+    finally:
+        streamer.stop()
+    assert set(valid) <= set(alerts), f"{len(set(valid) - set(alerts))} valid events never alerted"
+    assert sorted(dead) == sorted(corrupt), (sorted(dead), corrupt)
+    if delivery == "exactly_once":  # what a read_committed reader sees: each dead letter committed, once
+        view = read_committed(kafka_bootstrap, s.kafka.deadletter_topic, partitions)
+        assert view.aborted + view.open == 0 and len(view.records) == len(corrupt), (view.aborted, view.open)
+    for m in dead.values():
+        assert m["reason"] == "corrupt_record", m
+        assert "UnicodeDecodeError" in m["message"] and m["payload"] is None and m["payload_encoding"] == "none", m

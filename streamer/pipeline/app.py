@@ -72,7 +72,7 @@ from .checkpoint import (
     TransactionalCheckpointer,
 )
 from .deadletter import dead_letter, dead_letter_headers
-from .decode import Decoded, Decoder, Reject
+from .decode import Decoded, Decoder, Reject, mark_unreadable
 from .decode_spec import SpecDecoder
 from .fetcher import FetchProcess
 from .kafka_clients import (
@@ -354,6 +354,8 @@ class StreamApp:
         t0 = time.perf_counter()
         thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
         dec = self._decoder.decode(rb.values)
+        if rb.unreadable:  # records kafka-python could not read (batch.Unreadable): no value, so rejected as empty
+            mark_unreadable(dec, rb.unreadable)
         return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
 
     def _drop_polled(self) -> None:

@@ -11,14 +11,18 @@ the pipeline works on arrays, not on record objects.
 
 from __future__ import annotations
 
+import logging
 import operator
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
+from kafka.errors import CorruptRecordError
 from kafka.structs import TopicPartition
 
+log = logging.getLogger("kdsm.stream")
 _headers = operator.attrgetter("headers")
 _pack = msgspec.msgpack.Encoder().encode
 _unpack = msgspec.msgpack.Decoder(list[tuple[str, bytes | None]]).decode
@@ -43,15 +47,21 @@ class RecordBatch:
     values: list
     polled_at: float  # time.time() when the poll returned
     headers: list | None = None
+    # Rows standing for records kafka-python could not read ({row: the error}; None when none): see ``Unreadable``.
+    unreadable: dict | None = None
 
     @classmethod
     def from_records(cls, records: list) -> RecordBatch:
+        values = [r.value for r in records]
         return cls(topics=[r.topic for r in records],
                    partitions=np.fromiter((r.partition for r in records), np.int32, len(records)),
                    offsets=np.fromiter((r.offset for r in records), np.int64, len(records)),
                    timestamps_ms=np.fromiter((r.timestamp if r.timestamp is not None else -1 for r in records), np.int64, len(records)),
-                   keys=[r.key for r in records], values=[r.value for r in records], polled_at=time.time(),
-                   headers=list(map(_headers, records)) if any(map(_headers, records)) else None)
+                   keys=[r.key for r in records], values=values, polled_at=time.time(),
+                   headers=list(map(_headers, records)) if any(map(_headers, records)) else None,
+                   # an unreadable record's value is None: only a batch with a tombstone or one is looked at
+                   unreadable=({i: r.error for i, r in enumerate(records) if type(r) is Unreadable} or None)
+                   if None in values else None)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -67,6 +77,10 @@ class RecordBatch:
         >>> h = RecordBatch(["t"], np.array([0], np.int32), np.array([5]), np.array([1]), [None], [b"h"], 1.0, [[("trace", b"t")]])
         >>> RecordBatch.concat([a, h]).headers  # one part with headers: then every row has its own
         [(), [('trace', b't')]]
+        >>> u = RecordBatch.from_records([Unreadable("t", 0, 6, "CorruptRecordError('x')")])
+        >>> c = RecordBatch.concat([a, u, a, u])
+        >>> c.unreadable, c.values, c.take(2, 4).unreadable, c.take(0, 1).unreadable
+        ({1: "CorruptRecordError('x')", 3: "CorruptRecordError('x')"}, [b'a', None, b'a', None], {1: "CorruptRecordError('x')"}, None)
         """
         if len(parts) == 1:
             return parts[0]
@@ -78,13 +92,16 @@ class RecordBatch:
                    keys=[k for p in parts for k in p.keys], values=[v for p in parts for v in p.values],
                    polled_at=parts[-1].polled_at,
                    headers=None if all(p.headers is None for p in parts) else
-                   [h for p in parts for h in (p.headers if p.headers is not None else [()] * len(p))])
+                   [h for p in parts for h in (p.headers if p.headers is not None else [()] * len(p))],
+                   unreadable=_shifted(parts))
 
     def take(self, start: int, stop: int) -> RecordBatch:
         """Records ``start`` to ``stop`` (a slice, in order)."""
         return RecordBatch(self.topics[start:stop], self.partitions[start:stop], self.offsets[start:stop],
                            self.timestamps_ms[start:stop], self.keys[start:stop], self.values[start:stop], self.polled_at,
-                           None if self.headers is None else self.headers[start:stop])
+                           None if self.headers is None else self.headers[start:stop],
+                           None if not self.unreadable else
+                           {i - start: e for i, e in self.unreadable.items() if start <= i < stop} or None)
 
     def headers_at(self, i: int):
         """Record ``i``'s headers ((name, value) pairs; empty when it has none), unpacked if packed.
@@ -127,6 +144,67 @@ class RecordBatch:
         return out
 
 
+def _shifted(parts: list[RecordBatch]) -> dict | None:
+    """The parts' unreadable rows, numbered in their concatenation."""
+    out, at = {}, 0
+    for p in parts:
+        if p.unreadable:
+            out.update((i + at, e) for i, e in p.unreadable.items())
+        at += len(p)
+    return out or None
+
+
+class Unreadable(NamedTuple):
+    """A record kafka-python could not read (``CorruptRecordError``: a header name that is not UTF-8, say), in place
+    of its ``ConsumerRecord``: its row has no key, value, timestamp or headers, and goes to the dead-letter topic as
+    ``corrupt_record`` with the error (``StreamApp._prepare``), so it is committed after its dead letter is
+    acknowledged, as any bad event."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    key: None = None
+    value: None = None
+    timestamp: None = None
+    headers: tuple = ()
+
+
+def poll_records(consumer, max_records: int, timeout_ms: int, records: list) -> None:
+    """One ``consumer.poll``, its records appended to ``records``; a record kafka-python cannot read is appended as
+    an ``Unreadable`` and the consumer seeks past it.
+
+    kafka-python raises ``CorruptRecordError`` at the record (after returning those before it) and leaves the
+    partition's position on it, so every later poll would raise again: a poison pill no restart gets past. The
+    partition is the one whose records kafka-python was returning (its fetcher's, private: the error does not name
+    it), or the only one fetchable; if neither names one, the error is raised as before.
+    """
+    try:
+        got = consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+    except CorruptRecordError as e:
+        tp = _failed_partition(consumer)
+        if tp is None:
+            raise
+        offset = consumer.position(tp)
+        error = f"kafka-python could not read the record, so it has no payload here: {e}"
+        log.error({"event": "corrupt_record", "partition": f"{tp.topic}:{tp.partition}", "offset": offset,
+                   "error": str(e), "effect": "dead-lettered (corrupt_record); reading on after it"})
+        consumer.seek(tp, offset + 1)
+        records.append(Unreadable(tp.topic, tp.partition, offset, error))
+        return
+    for recs in got.values():
+        records.extend(recs)
+
+
+def _failed_partition(consumer) -> TopicPartition | None:
+    part = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+    tp = getattr(part, "topic_partition", None)
+    if tp is not None and tp in consumer.assignment():
+        return tp
+    fetchable = consumer.assignment() - consumer.paused()
+    return next(iter(fetchable)) if len(fetchable) == 1 else None
+
+
 def poll_batch(consumer, max_batch: int, max_wait_ms: int, gathered: list | None = None) -> RecordBatch:
     """Poll until ``max_batch`` records or ``max_wait_ms`` have passed; may return an empty batch.
 
@@ -138,9 +216,7 @@ def poll_batch(consumer, max_batch: int, max_wait_ms: int, gathered: list | None
     deadline = time.monotonic() + max_wait_ms / 1000.0
     while True:
         left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        got = consumer.poll(timeout_ms=left_ms, max_records=max_batch - len(records))
-        for recs in got.values():
-            records.extend(recs)
+        poll_records(consumer, max_batch - len(records), left_ms, records)
         if len(records) >= max_batch or time.monotonic() >= deadline:
             break
     batch = RecordBatch.from_records(records)

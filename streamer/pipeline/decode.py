@@ -72,6 +72,7 @@ REASONS = {
     "non_finite_feature": "a feature value is NaN, infinite or out of float64 range",
     "type_mismatch": "a categorical or boolean feature, or a nested feature's parent, has a value of another JSON type (feature spec)",
     "scoring_error": "the scorer failed on the event (should not happen; see the message)",
+    "corrupt_record": "kafka-python could not read the Kafka record (a header name that is not UTF-8, say): no payload",
 }
 
 _NUMBER = (int, float)
@@ -192,6 +193,20 @@ class Decoded:
     ts: list  # event timestamps of the valid rows (None where absent)
     rejects: list[Reject] = field(default_factory=list)
     records: list | None = None  # the valid rows' JSON objects (feature-spec models: explanations quote them)
+
+
+def mark_unreadable(dec: Decoded, unreadable: dict) -> None:
+    """Reject each row of ``unreadable`` ({row: error}, records kafka-python could not read, their value None) as
+    ``corrupt_record`` with its error, in place of the reason the decoder gave its missing value.
+
+    >>> dec = Decoder(["a"]).decode([b'{"id": 1, "a": 1}', None, None])
+    >>> mark_unreadable(dec, {2: "kafka-python could not read it"})
+    >>> [(r.index, r.reason, r.message) for r in dec.rejects]
+    [(1, 'empty', 'the message value is empty'), (2, 'corrupt_record', 'kafka-python could not read it')]
+    """
+    for r in dec.rejects:  # every decoder rejects a missing value ("empty"), so each such row has its reject
+        if r.index in unreadable:
+            r.reason, r.message = "corrupt_record", unreadable[r.index]
 
 
 class Decoder:

@@ -21,7 +21,8 @@ and the loop's own work adds to it instead of overlapping (docs/streaming.md, "T
 Frames are msgspec MessagePack in ``multiprocessing.connection`` length-prefixed messages over the child's
 stdin (setup, then assignments) and stdout (batches); nothing is pickled. The records' Kafka headers travel as one
 more column: a nil when none of them has any (the common case: one byte a frame), else each record's headers packed
-by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter. The child ignores SIGINT (a Ctrl-C
+by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter; then the records the
+child could not read (``batch.Unreadable``: their rows and errors; nil when none), which the streamer dead-letters. The child ignores SIGINT (a Ctrl-C
 reaches the whole process group; the streamer decides when to stop) and exits when its stdin closes, so it
 never outlives the streamer. If the child exits, the streamer stops with one line (``FetchProcessExited``,
 exit 1): nothing it had not yet received was committed.
@@ -31,6 +32,9 @@ exit 1): nothing it had not yet received was committed.
 >>> epoch, back = unpack_batch(pack_batch(3, rb))
 >>> epoch, back.topics, back.partitions.tolist(), back.offsets.tolist(), back.keys, back.values, back.headers_at(1)
 (3, ['t', 't'], [0, 1], [5, 9], [None, b'k'], [b'{}', None], [('trace', b't1'), ('n', None)])
+>>> rb.unreadable = {1: "CorruptRecordError('x')"}  # a record the child could not read (batch.Unreadable)
+>>> unpack_batch(pack_batch(3, rb))[1].unreadable
+{1: "CorruptRecordError('x')"}
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import numpy as np
 from kafka.structs import TopicPartition
 from pydantic import SecretStr
 
-from .batch import RecordBatch
+from .batch import RecordBatch, poll_records
 from .checkpoint import DeliveryError
 
 log = logging.getLogger("kdsm.stream")
@@ -70,15 +74,17 @@ def pack_batch(epoch: int, rb: RecordBatch) -> bytes:
     index = {t: i for i, t in enumerate(names)}
     codes = b"" if len(names) == 1 else np.fromiter((index[t] for t in rb.topics), np.uint16, len(rb)).tobytes()
     return _encode((epoch, names, codes, rb.partitions.astype(np.int32).tobytes(), rb.offsets.astype(np.int64).tobytes(),
-                    rb.timestamps_ms.astype(np.int64).tobytes(), rb.keys, rb.values, rb.polled_at, rb.packed_headers()))
+                    rb.timestamps_ms.astype(np.int64).tobytes(), rb.keys, rb.values, rb.polled_at, rb.packed_headers(),
+                    None if not rb.unreadable else list(rb.unreadable.items())))
 
 
 def unpack_batch(frame: bytes) -> tuple[int, RecordBatch]:
-    epoch, names, codes, parts, offs, ts, keys, values, polled_at, headers = _decode(frame)
+    epoch, names, codes, parts, offs, ts, keys, values, polled_at, headers, unreadable = _decode(frame)
     topics = names * len(values) if len(names) == 1 else [names[i] for i in np.frombuffer(codes, np.uint16).tolist()]
     return epoch, RecordBatch(topics=topics, partitions=np.frombuffer(parts, np.int32),
                               offsets=np.frombuffer(offs, np.int64), timestamps_ms=np.frombuffer(ts, np.int64),
-                              keys=keys, values=values, polled_at=polled_at, headers=headers)
+                              keys=keys, values=values, polled_at=polled_at, headers=headers,
+                              unreadable=None if unreadable is None else dict(map(tuple, unreadable)))
 
 
 class FetchProcessExited(DeliveryError):
@@ -218,9 +224,10 @@ def main() -> int:
             if not consumer.assignment():
                 commands.poll(0.2)  # nothing to fetch: wait for an assignment (or the streamer's exit)
                 continue
-            got = consumer.poll(timeout_ms=_CHILD_POLL_MS, max_records=setup["max_batch"])
+            got: list = []  # a record kafka-python cannot read comes as a batch.Unreadable, and is skipped
+            poll_records(consumer, setup["max_batch"], _CHILD_POLL_MS, got)
             if got:
-                batches.send_bytes(pack_batch(epoch, RecordBatch.from_records([r for rs in got.values() for r in rs])))
+                batches.send_bytes(pack_batch(epoch, RecordBatch.from_records(got)))
     except (EOFError, BrokenPipeError):
         return 0  # the streamer closed the pipes (or is gone): nothing here is committed, so nothing is lost
     except Exception as e:  # noqa: BLE001 - one line in the streamer's log; the streamer stops on the closed pipe
