@@ -186,7 +186,8 @@ def poll_records(consumer, max_records: int, timeout_ms: int, records: list) -> 
         if tp is None:
             raise
         offset = consumer.position(tp)
-        error = f"kafka-python could not read the record, so it has no payload here: {e}"
+        error = (f"kafka-python could not read the record, or an earlier record of its record batch (it reads a batch "
+                 f"from its start), so it has no payload here; it is still in {tp.topic}[{tp.partition}]: {e}")
         log.error({"event": "corrupt_record", "partition": f"{tp.topic}:{tp.partition}", "offset": offset,
                    "error": str(e), "effect": "dead-lettered (corrupt_record); reading on after it"})
         consumer.seek(tp, offset + 1)
