@@ -78,6 +78,24 @@ class _Records(logging.Handler):
             self.events.append(record.msg)
 
 
+@pytest.fixture
+def logged():
+    """``logged(*names)``: a handler that collects those loggers' events (dicts, warning and above) until the test
+    ends."""
+    attached = []
+
+    def attach(*names: str) -> _Records:
+        seen = _Records()
+        for name in names:
+            logging.getLogger(name).addHandler(seen)
+            attached.append((name, seen))
+        return seen
+
+    yield attach
+    for name, seen in attached:
+        logging.getLogger(name).removeHandler(seen)
+
+
 # ---------------------------------------------------------------------- thresholds
 def test_a_threshold_record_that_is_no_threshold_is_ignored_by_streamers_and_commands(redis_client, redis_url, prefix,
                                                                                         config, tiny_model_dir, model,
@@ -105,28 +123,26 @@ def test_a_threshold_record_that_is_no_threshold_is_ignored_by_streamers_and_com
     assert LiveThresholds(redis_url, prefix=prefix).get(model)["warning"] == model.thresholds_["critical"]
 
 
-def test_a_bad_threshold_record_is_logged_once_not_at_every_refresh(redis_client, redis_url, prefix, model):
+def test_a_bad_threshold_record_is_logged_once_not_at_every_refresh(redis_client, redis_url, prefix, model, logged):
     redis_client.hset(f"{prefix}thresholds:{model.version_}", "warning", '{"score": NaN}')
-    seen = _Records()
-    logging.getLogger("kdsm.thresholds").addHandler(seen)
+    seen = logged("kdsm.thresholds")
     live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.1).start()
     try:
         live.get(model)
         time.sleep(1.0)  # about ten refreshes
     finally:
         live.stop()
-        logging.getLogger("kdsm.thresholds").removeHandler(seen)
     bad = [e for e in seen.events if e.get("event") == "bad_threshold_record"]
     assert len(bad) == 1 and bad[0]["severity"] == "warning"
 
 
-def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_client, redis_url, prefix, model):
+def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_client, redis_url, prefix, model,
+                                                                      logged):
     """At start-up (the first, synchronous read) it raised UnicodeDecodeError: the streamer crashed, every restart too;
     while running, each refresh read as redis_down (kdsm_redis_up 0)."""
     key = f"{prefix}thresholds:{model.version_}"
     redis_client.hset(key, "warning", NOT_UTF8)
-    seen = _Records()
-    logging.getLogger("kdsm.thresholds").addHandler(seen)
+    seen = logged("kdsm.thresholds")
     live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.1)
     try:
         assert live.get(model) == model.thresholds_ and live.redis_up  # the streamer's start-up read
@@ -136,7 +152,6 @@ def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_clie
         assert live.get(model) == model.thresholds_ and live.redis_up
     finally:
         live.stop()
-        logging.getLogger("kdsm.thresholds").removeHandler(seen)
     events = [e.get("event") for e in seen.events]
     assert "redis_down" not in events
     assert sorted(e["severity"] for e in seen.events if e.get("event") == "bad_threshold_record") == ["critical", "warning"]
@@ -151,16 +166,14 @@ def _until(cond, timeout: float = 10.0) -> bool:
     return True
 
 
-def test_a_notification_that_is_not_utf8_is_ignored_by_the_watchers(registered, redis_client, redis_url, prefix, model):
+def test_a_notification_that_is_not_utf8_is_ignored_by_the_watchers(registered, redis_client, redis_url, prefix, model,
+                                                                    logged):
     """A PUBLISH by hand that is not UTF-8 raised UnicodeDecodeError in the watcher: the threshold watcher logged
     redis_down (kdsm_redis_up 0), the registry's registry_watch_failed, and both dropped their subscription."""
     from streamer.lifecycle.registry import RegistryModelProvider
 
     reg, _ = registered
-    loggers = [logging.getLogger(n) for n in ("kdsm.control", "kdsm.thresholds", "kdsm.registry")]
-    seen = _Records()
-    for lg in loggers:
-        lg.addHandler(seen)
+    seen = logged("kdsm.control", "kdsm.thresholds", "kdsm.registry")
     # Long periods: only a notification refreshes them during the test.
     live = LiveThresholds(redis_url, prefix=prefix, refresh_s=60.0)
     live.get(model)
@@ -181,8 +194,6 @@ def test_a_notification_that_is_not_utf8_is_ignored_by_the_watchers(registered, 
     finally:
         live.stop()
         prov.close()
-        for lg in loggers:
-            lg.removeHandler(seen)
     events = [e.get("event") for e in seen.events]
     assert "redis_down" not in events and "registry_watch_failed" not in events, seen.events
     bad = [e for e in seen.events if e.get("event") == "bad_notification"]
@@ -224,15 +235,12 @@ def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lack
     assert redis_client.hgetall(key) == {}
 
 
-def test_the_bad_record_log_line_names_a_reset_that_works(redis_client, prefix, config, tiny_model_dir, model, capsys):
+def test_the_bad_record_log_line_names_a_reset_that_works(redis_client, prefix, config, tiny_model_dir, model, capsys,
+                                                          logged):
     key = f"{prefix}thresholds:{model.version_}"
     redis_client.hset(key, "warnin", "oops")
-    seen = _Records()
-    logging.getLogger("kdsm.thresholds").addHandler(seen)
-    try:
-        assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", config]) == 0
-    finally:
-        logging.getLogger("kdsm.thresholds").removeHandler(seen)
+    seen = logged("kdsm.thresholds")
+    assert kdsm(["thresholds", "show", "--model", str(tiny_model_dir), "--config", config]) == 0
     (line,) = [e for e in seen.events if e.get("event") == "bad_threshold_record"]
     argv = line["action"].split("`")[1].split()[1:]  # kdsm thresholds reset --severity warnin
     capsys.readouterr()
@@ -394,28 +402,24 @@ def test_a_pointer_that_is_not_utf8_is_one_line_in_the_commands(registered, redi
 
 
 def test_a_current_pointer_that_is_not_utf8_is_refused_by_a_streamer_like_any_garbage_version(registered, redis_client,
-                                                                                              model):
+                                                                                              model, logged):
     """The start-up read logged registry_unreachable; the watcher's every check failed (registry_watch_failed)."""
     from streamer.lifecycle.registry import RegistryModelProvider
 
     reg, _ = registered
     key = reg.keys.pointers
-    seen = _Records()
-    logging.getLogger("kdsm.registry").addHandler(seen)
-    try:
-        for start in (NOT_UTF8, "garbage"):
-            redis_client.hset(key, "current", start)
-            prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
-            try:
-                assert prov.current() is model  # the streamer starts, on its fallback
-                redis_client.hset(key, "current", b"\xfe" + start.encode() if isinstance(start, str) else b"\xfe")
-                assert prov.check() is False
-                time.sleep(0.5)
-                assert prov._watcher.is_alive() and prov.current() is model
-            finally:
-                prov.close()
-    finally:
-        logging.getLogger("kdsm.registry").removeHandler(seen)
+    seen = logged("kdsm.registry")
+    for start in (NOT_UTF8, "garbage"):
+        redis_client.hset(key, "current", start)
+        prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
+        try:
+            assert prov.current() is model  # the streamer starts, on its fallback
+            redis_client.hset(key, "current", b"\xfe" + start.encode() if isinstance(start, str) else b"\xfe")
+            assert prov.check() is False
+            time.sleep(0.5)
+            assert prov._watcher.is_alive() and prov.current() is model
+        finally:
+            prov.close()
     events = [e.get("event") for e in seen.events]
     assert "registry_unreachable" not in events and "registry_watch_failed" not in events, seen.events
     refused = [e for e in seen.events if e.get("event") == "model_refused"]
@@ -423,7 +427,7 @@ def test_a_current_pointer_that_is_not_utf8_is_refused_by_a_streamer_like_any_ga
     assert any(e["version"] == "garbage" for e in refused)  # the same path: refused, logged, the old model serves
 
 
-def test_a_pointers_key_of_the_wrong_type_is_logged_as_such_by_a_streamer(registered, redis_client, model):
+def test_a_pointers_key_of_the_wrong_type_is_logged_as_such_by_a_streamer(registered, redis_client, model, logged):
     """A streamer logged registry_unreachable at start-up (Redis answers), then registry_watch_failed at every check."""
     from streamer.lifecycle.registry import RegistryModelProvider
 
@@ -431,22 +435,18 @@ def test_a_pointers_key_of_the_wrong_type_is_logged_as_such_by_a_streamer(regist
     key = reg.keys.pointers
     redis_client.delete(key)
     redis_client.set(key, "x")
-    seen = _Records()
-    logging.getLogger("kdsm.registry").addHandler(seen)
+    seen = logged("kdsm.registry")
+    prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
     try:
-        prov = RegistryModelProvider(reg, device="cpu", check_interval_s=0.1, fallback=model)
-        try:
-            assert prov.current() is model  # the streamer starts, on its fallback
-            time.sleep(0.6)  # about six checks
-            assert prov._watcher.is_alive() and prov.current() is model
-            # The repair the line names works: the streamer follows the registry again, silently.
-            redis_client.delete(key)
-            reg.promote(v)
-            time.sleep(0.3)
-        finally:
-            prov.close()
+        assert prov.current() is model  # the streamer starts, on its fallback
+        time.sleep(0.6)  # about six checks
+        assert prov._watcher.is_alive() and prov.current() is model
+        # The repair the line names works: the streamer follows the registry again, silently.
+        redis_client.delete(key)
+        reg.promote(v)
+        time.sleep(0.3)
     finally:
-        logging.getLogger("kdsm.registry").removeHandler(seen)
+        prov.close()
     events = [e.get("event") for e in seen.events]
     assert "registry_unreachable" not in events and "registry_watch_failed" not in events, seen.events
     (bad,) = [e for e in seen.events if e.get("event") == "bad_registry_key"]  # once, not at every check
