@@ -157,6 +157,46 @@ def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_clie
     assert sorted(e["severity"] for e in seen.events if e.get("event") == "bad_threshold_record") == ["critical", "warning"]
 
 
+def test_a_hand_written_set_out_of_order_is_refused_and_the_thresholds_in_force_kept(redis_client, redis_url, prefix,
+                                                                                    model, logged):
+    """``kdsm thresholds set`` refuses a warning above the critical; written by hand (redis-cli HSET) it was applied as
+    written: every critical event alerted as a warning. The streamer refuses the set, keeps what it had, says so once."""
+    key = f"{prefix}thresholds:{model.version_}"
+    warning, critical = model.thresholds_["warning"], model.thresholds_["critical"]
+    above = critical * 2 + 1.0
+    redis_client.hset(key, "warning", json.dumps({"score": above}))
+    seen = logged("kdsm.thresholds")
+    live = LiveThresholds(redis_url, prefix=prefix, refresh_s=0.1)
+    try:
+        assert live.get(model) == model.thresholds_  # the start-up read: the artifact's, not the set
+        live.start()
+        time.sleep(1.0)  # about ten refreshes
+        assert live.get(model) == model.thresholds_
+        bad = [e for e in seen.events if e.get("event") == "bad_thresholds"]
+        assert len(bad) == 1, bad
+        assert bad[0]["thresholds"] == {"warning": above, "critical": critical}
+        assert bad[0]["kept"] == model.thresholds_ and "critical" in bad[0]["why"]
+        assert "reset --severity warning" in bad[0]["action"]
+        # A valid override applies; an out-of-order one written after it keeps that override, not the artifact's.
+        mid = (warning + critical) / 2
+        redis_client.hset(key, "warning", json.dumps({"score": mid}))
+        assert _until(lambda: live.get(model)["warning"] == mid, timeout=5.0)
+        redis_client.hset(key, "critical", json.dumps({"score": mid / 2}))
+        assert _until(lambda: len([e for e in seen.events if e.get("event") == "bad_thresholds"]) == 2, timeout=5.0)
+        time.sleep(0.5)
+        assert live.get(model) == {"warning": mid, "critical": critical}
+        (second,) = [e for e in seen.events if e.get("event") == "bad_thresholds"][1:]
+        assert second["thresholds"] == {"warning": mid, "critical": mid / 2}
+        assert second["kept"] == {"warning": mid, "critical": critical}
+        # The order restored: the set applies.
+        redis_client.hset(key, "critical", json.dumps({"score": above}))
+        assert _until(lambda: live.get(model) == {"warning": mid, "critical": above}, timeout=5.0)
+        assert live.redis_up
+    finally:
+        live.stop()
+    assert len([e for e in seen.events if e.get("event") == "bad_thresholds"]) == 2
+
+
 def _until(cond, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while not cond():

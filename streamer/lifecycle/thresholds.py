@@ -18,6 +18,10 @@ Redis type (``bad_threshold_key``), leaves the artifact's threshold in force,
 logged once; the commands name it (``show``'s ``ignored``, one error line) and
 ``reset`` removes such records (as it does records of a severity the model
 lacks, which no streamer applies either).
+A set of thresholds out of the artifact's order (a warning written above the
+critical: ``kdsm thresholds set`` and ``reset`` refuse one) is refused as a
+whole: the thresholds in force stay (the artifact's, at a version's first read),
+logged once per distinct set (``bad_thresholds``).
 
 >>> effective_thresholds({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 1.5}})
 {'warning': 1.5, 'critical': 2.0}
@@ -262,6 +266,7 @@ class LiveThresholds:
         self._lock = threading.Lock()
         self._up: bool | None = None
         self._bad_key: dict[str, str] = {}  # version -> why its overrides key is unusable (logged once)
+        self._bad_order: dict[str, dict[str, float]] = {}  # version -> the out-of-order set refused (logged once)
         self._watcher = ChannelWatcher(client, self.store.channel, period_s=refresh_s, on_message=self._changed,
                                        on_tick=self._refresh_all, on_error=self._set_down, wait_s=0.5,
                                        retry_s=min(refresh_s, 1.0), name="kdsm-thresholds")
@@ -304,6 +309,21 @@ class LiveThresholds:
             return
         self._set_up(True)
         new = effective_thresholds(self._artifact[version], over)
+        bad = order_violation(self._artifact[version], new)
+        if bad is not None:  # written by hand (``set`` and ``reset`` keep the order): refused, the last set stays
+            kept = self._cache.get(version, self._artifact[version])
+            if self._bad_order.get(version) != new:
+                milder, severer = bad
+                fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in (milder, severer) if s in over)
+                log.warning({"event": "bad_thresholds", "version": version, "thresholds": new,
+                             "why": f"{severer} ({new[severer]:g}) is below {milder} ({new[milder]:g}): a more severe "
+                                    "threshold must not be lower (written by hand?)",
+                             "kept": kept,
+                             "action": f"refused: scoring keeps the thresholds kept until the order is restored ({fix}, "
+                                       "or `kdsm thresholds reset` for all)"})
+            self._bad_order[version], new = new, kept
+        else:
+            self._bad_order.pop(version, None)
         if new != self._cache.get(version):
             log.info({"event": "thresholds_changed", "version": version, "thresholds": new})
         self._cache[version] = new  # one reference swap: readers see old or new, never a mix
