@@ -240,6 +240,61 @@ def test_a_notification_that_is_not_utf8_is_ignored_by_the_watchers(registered, 
     assert sorted(e["channel"] for e in bad) == sorted(channels) and all(e["action"] == "ignored" for e in bad)
 
 
+class _Timed(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines: list[tuple[float, dict]] = []
+
+    def emit(self, record):
+        if isinstance(record.msg, dict) and record.msg.get("event") == "bad_notification":
+            self.lines.append((record.created, record.msg))
+
+
+@pytest.mark.parametrize("every_s", [60.0, 0.5])
+def test_bad_notifications_are_rate_limited_and_counted(redis_client, redis_url, prefix, every_s):
+    """One warning per notification: a publisher flooding the channel flooded the log. Now the first at once, then
+    at most one line per ``every_s`` with the count ignored since (the rest when the watcher stops): the counts add up,
+    and the subscription serves the notifications between them."""
+    from streamer.lifecycle.control import ChannelWatcher
+
+    channel, n = f"{prefix}flood", 40
+    got, errors = [], []
+    seen = _Timed()
+    logging.getLogger("kdsm.control").addHandler(seen)
+    w = ChannelWatcher(connect(redis_url), channel, period_s=60.0, on_message=got.append, on_tick=lambda: None,
+                       on_error=errors.append, wait_s=0.1, bad_every_s=every_s).start()
+    try:
+        assert _until(lambda: redis_client.pubsub_numsub(channel)[0][1] >= 1)
+        start = time.monotonic()
+        for i in range(n):
+            redis_client.publish(channel, NOT_UTF8 + b"%d" % i)
+            if i == n // 2:
+                redis_client.publish(channel, "v1")
+        assert _until(lambda: got == ["v1"])
+        assert _until(lambda: len(seen.lines) >= 1)
+        first = seen.lines[0][1]
+        assert first["count"] == 1 and first["channel"] == channel and first["action"] == "ignored"
+        if every_s < 1:  # the period ends: the rest come in a line of their own, without the watcher stopping
+            assert _until(lambda: sum(m["count"] for _, m in seen.lines) == n)
+            assert seen.lines[-1][1]["data"] == _as_shown(NOT_UTF8 + b"%d" % (n - 1))
+        else:
+            time.sleep(0.5)
+            assert len(seen.lines) == 1
+        published_in = time.monotonic() - start
+    finally:
+        w.stop()
+        logging.getLogger("kdsm.control").removeHandler(seen)
+    assert not errors and got == ["v1"]
+    counts = [m["count"] for _, m in seen.lines]
+    assert sum(counts) == n  # every one ignored is counted, the last ones in the line the stop writes
+    assert len(counts) < n and len(counts) <= 2 + published_in / every_s, counts
+    times = [t for t, _ in seen.lines]
+    if every_s >= 1:
+        assert counts == [1, n - 1]  # the first at once, the rest when the watcher stops
+    else:
+        assert all(b - a >= every_s * 0.9 for a, b in zip(times, times[1:], strict=False)), times
+
+
 def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lacks(redis_client, prefix, config,
                                                                                    tiny_model_dir, model, capsys):
     key = f"{prefix}thresholds:{model.version_}"

@@ -276,6 +276,9 @@ def expect_types(client, error: type[Exception], expected: dict[str, str]):
         raise error(line or f"a Redis key among {', '.join(expected)} holds the wrong type: {e}") from None
 
 
+BAD_NOTIFICATION_EVERY_S = 60.0  # at most one bad_notification line per watcher (one channel) in this time
+
+
 class ChannelWatcher:
     """Pub/sub plus a periodic re-read, in a daemon thread: the one watcher of the live thresholds and the registry.
 
@@ -287,12 +290,20 @@ class ChannelWatcher:
     drops the subscription and retries after ``retry_s``: the watcher never
     dies while the process serves. A notification that is not UTF-8 (published
     by hand: kdsm publishes version names) is read undecoded and ignored, with
-    one warning naming the channel: the subscription stays.
+    a ``bad_notification`` warning naming the channel: the subscription stays.
+    The warnings are rate-limited: the first at once, then at most one every
+    ``bad_every_s``, whose ``count`` is the notifications ignored since the last
+    line (it comes when the period ends, and when the watcher stops), so a
+    publisher flooding the channel cannot flood the log; the counts add up to
+    all those ignored, ``data`` quotes the latest.
     """
 
     def __init__(self, client, channel: str, *, period_s: float, on_message, on_tick, on_error,
-                 wait_s: float = 1.0, retry_s: float = 1.0, name: str = "kdsm-watch"):
+                 wait_s: float = 1.0, retry_s: float = 1.0, name: str = "kdsm-watch",
+                 bad_every_s: float = BAD_NOTIFICATION_EVERY_S):
         self.client, self.channel, self.period_s = client, channel, period_s
+        self.bad_every_s = bad_every_s
+        self._bad_count, self._bad_data, self._bad_next = 0, "", 0.0  # ignored since the last line; next line's time
         self._raw = undecoded(client)  # the subscription's connection: notifications are read undecoded
         self.on_message, self.on_tick, self.on_error = on_message, on_tick, on_error
         self.wait_s, self.retry_s = min(wait_s, period_s), retry_s
@@ -329,20 +340,34 @@ class ChannelWatcher:
                 msg = pubsub.get_message(timeout=self.wait_s)
                 data = text_of(msg["data"]) if msg is not None else None
                 if isinstance(data, NotUtf8):
-                    log.warning({"event": "bad_notification", "channel": self.channel, "data": data[:80],
-                                 "why": "not UTF-8 (published by hand?)", "action": "ignored"})
+                    self._bad_count, self._bad_data = self._bad_count + 1, data[:80]
                 elif msg is not None:
                     self.on_message(data)
                     next_tick = time.monotonic() + self.period_s
                 elif time.monotonic() >= next_tick:
                     self.on_tick()
                     next_tick = time.monotonic() + self.period_s
+                if self._bad_count:
+                    self._log_bad()  # the first at once, the rest when the period ends
             except Exception as e:  # noqa: BLE001 - keep serving the last values, retry later
                 self.on_error(e)
                 if pubsub is not None:
                     self._close(pubsub)
                 pubsub = None
                 self._stop.wait(self.retry_s)
+        if self._bad_count:
+            self._log_bad(force=True)
         if pubsub is not None:
             self._close(pubsub)
         self._raw.connection_pool.disconnect()
+
+    def _log_bad(self, force: bool = False) -> None:
+        """One ``bad_notification`` line for the ``count`` ignored since the last, unless one was written less than
+        ``bad_every_s`` ago (``force``: the watcher stops)."""
+        now = time.monotonic()
+        if now < self._bad_next and not force:
+            return
+        log.warning({"event": "bad_notification", "channel": self.channel, "count": self._bad_count,
+                     "data": self._bad_data, "why": "not UTF-8 (published by hand?)", "action": "ignored",
+                     "every_s": self.bad_every_s})
+        self._bad_count, self._bad_next = 0, now + self.bad_every_s
