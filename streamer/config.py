@@ -167,6 +167,7 @@ class StreamConfig(Section):
     ts_field: str = Field("ts", description="optional event field holding the event time (number or string)")
     schema_field: str = Field("schema", description="optional event field with the feature schema hash; a mismatch is dead-lettered")
     top_features: int = Field(5, gt=0, description="features explained in each alert")
+    alert_headers: list[str] = Field([], description="Kafka header names an alert carries from its event (a trace id: [traceparent, tracestate]); matched exactly, in the event's order, duplicates included, each whole, 16 KiB in all (those past it left out and counted in kdsm.headers_left_out); [] = alerts carry no headers")
 
 
 class MetricsConfig(Section):

@@ -285,6 +285,68 @@ def test_a_dead_letter_carries_the_events_headers(kafka_bootstrap, redis_url, un
             assert d["reason"] == ("oversized" if d["payload_bytes"] > s.kafka.max_event_bytes else "invalid_json")
     big = json.loads(by_offset[next(o for o, (k, _) in expected.items() if k == b"d")].value)
     assert big["payload_truncated"] is True and big["payload"]  # the payload took what the headers left
+    # stream.alert_headers is empty by default: the alerts of events with a trace id carry no header.
+    assert all(not r.headers for r in read_topic(s.kafka.bootstrap, s.kafka.alerts_topic, len(valid), timeout=10))
+
+
+@pytest.mark.parametrize(("fetch_process", "delivery"),
+                         [(False, "at_least_once"), (True, "at_least_once"), (True, "exactly_once")],
+                         ids=["in-process", "fetch-process", "fetch-process-exactly-once"])
+def test_an_alert_carries_the_event_headers_named_in_alert_headers(kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                                   fetch_process, delivery):
+    """A subscriber that follows a trace finds its id on the alert: the event's headers named in
+    ``stream.alert_headers`` (exactly), in order, duplicates included, each whole; none other (an ``auth`` header
+    stays behind); one too large for the 16 KiB budget is left out and counted in ``kdsm.headers_left_out``."""
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=16,
+                      fetch_process=fetch_process)
+    s.stream.alert_headers = ["traceparent", "tracestate"]
+    if delivery == "exactly_once":
+        s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
+    create_topics(s)
+    _alert_everything(s, model, redis_url)
+    names = model.feature_names_
+    X = make_blobs(n=1300, seed=0)[0][1200:1240]
+    state = ("tracestate", b"congo=t61rcWkgMzE")
+    kinds = [  # (the event's headers, the alert's)
+        ([], []),
+        ([TRACE], [TRACE]),
+        ([("auth", b"secret"), TRACE, state, ("traceparent", b"\x00\xff")], [TRACE, state, ("traceparent", b"\x00\xff")]),
+        ([("TraceParent", b"x"), ("other", b"y")], []),  # names match exactly: none of these
+        ([("traceparent", b"t" * 20_000), TRACE], [TRACE, ("kdsm.headers_left_out", b"1")]),
+        ([("tracestate", b""), ("traceparent", b"")], [("tracestate", b""), ("traceparent", b"")]),  # empty values
+    ]
+    want = {}
+    p = KafkaProducer(bootstrap_servers=s.kafka.bootstrap, acks="all", linger_ms=5)
+    for i, x in enumerate(X):
+        headers, want[f"v{i}"] = kinds[i % len(kinds)]
+        p.send(s.kafka.events_topic, key=f"k{i}".encode(), value=event(f"v{i}", x, names), headers=headers)
+    p.send(s.kafka.events_topic, key=b"bad", value=b"not json", headers=[TRACE, ("auth", b"secret")])
+    p.flush()
+    p.close()
+
+    streamer = StreamerThread(s).start()
+    try:
+        assert wait_for(lambda: set(_alerts_by_event(s, len(want), timeout=2)) >= set(want)
+                        or not streamer.thread.is_alive(), timeout=60, every=0.5)
+        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+    finally:
+        streamer.stop()
+    if delivery == "exactly_once":
+        view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
+        got, uncommitted = view.records, view.aborted + view.open
+        assert uncommitted == 0, (view.aborted, view.open)
+    else:
+        got = read_topic(s.kafka.bootstrap, s.kafka.alerts_topic, len(want), timeout=20)
+    seen = set()
+    for r in got:
+        eid = json.loads(r.value)["event_id"]
+        assert [(n, bytes(v)) for n, v in r.headers] == want[eid], (eid, r.headers)
+        seen.add(eid)
+    assert seen == set(want)
+    # The dead letter carries every original header, as before (alert_headers names an alert's only).
+    dead = read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, 1, timeout=10)
+    assert dead and all([(n, bytes(v)) for n, v in r.headers] == [TRACE, ("auth", b"secret")] for r in dead)
 
 
 class _RawName(str):

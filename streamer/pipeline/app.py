@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 from kafka import AsyncConsumerRebalanceListener
 
-from .alerts import build_alerts, severity_counts
+from .alerts import alert_headers, build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
 from .checkpoint import (
     Checkpointer,
@@ -185,6 +185,7 @@ class StreamApp:
         # Any object with score(model, X, thresholds) -> ScoreResult: Scorer (the model's forward pass), or
         # ConstantScorer (scoring excluded, kdsm bench stream --scorer none). Torch threads are the process's.
         self.scorer = scorer if scorer is not None else Scorer(top_features=sc.top_features)
+        self._alert_headers = frozenset(sc.alert_headers)  # header names alerts carry from their event (none: empty)
         # Called as on_alert_acked(kafka_timestamp_ms, acked_at) from the producer's I/O thread (bench, tests).
         self.on_alert_acked = on_alert_acked
         self._stop = threading.Event()
@@ -386,9 +387,11 @@ class StreamApp:
         flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)
         if alerts:
-            alert_ts = rb.timestamps_ms[dec.rows[res.alert_rows]].tolist()
-            for (key, value), ts_ms in zip(alerts, alert_ts, strict=True):
-                self.checkpoint.send(flight, k.alerts_topic, key, value).add_callback(self._alert_acked, ts_ms)
+            pos = dec.rows[res.alert_rows]
+            names = self._alert_headers if rb.headers is not None else None  # None: no record of the batch has any
+            for (key, value), i, ts_ms in zip(alerts, pos.tolist(), rb.timestamps_ms[pos].tolist(), strict=True):
+                headers = alert_headers(rb.headers_at(i), names) if names else None
+                self.checkpoint.send(flight, k.alerts_topic, key, value, headers).add_callback(self._alert_acked, ts_ms)
         for r in dec.rejects:  # the original key and headers, so a dead letter is found as the event was
             headers, header_bytes = dead_letter_headers(rb.headers_at(r.index), k.deadletter_max_bytes)
             self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
