@@ -21,8 +21,9 @@ and the loop's own work adds to it instead of overlapping (docs/streaming.md, "T
 Frames are msgspec MessagePack in ``multiprocessing.connection`` length-prefixed messages over the child's
 stdin (setup, then assignments) and stdout (batches); nothing is pickled. The records' Kafka headers travel as one
 more column: a nil when none of them has any (the common case: one byte a frame), else each record's headers packed
-by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter; then the records the
-child could not read (``batch.Unreadable``: their rows and errors; nil when none), which the streamer dead-letters. The child ignores SIGINT (a Ctrl-C
+by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter or an alert that
+forwards them (``stream.alert_headers``); then the records the child could not read (``batch.Unreadable``: their
+rows and errors; nil when none), which the streamer dead-letters. The child ignores SIGINT (a Ctrl-C
 reaches the whole process group; the streamer decides when to stop) and exits when its stdin closes, so it
 never outlives the streamer. If the child exits, the streamer stops with one line (``FetchProcessExited``,
 exit 1): nothing it had not yet received was committed.
