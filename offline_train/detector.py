@@ -308,7 +308,8 @@ class KDSM(BaseEstimator):
             parts = self.score_parts(train_X)
             knn = None
             if self.score_config.knn:
-                knn = self._fit_neighbours(train_X, parts.network, refine.keep_ if refine is not None else 1.0)
+                knn = self._fit_neighbours(train_X, parts.network, refine.keep_ if refine is not None else 1.0,
+                                           refine.strata_ if refine is not None else None)
             self.blend_ = Blend.fit(parts.network, parts.forest, knn)
         phase("calibrating: thresholds from held-out scores")
         # Held-out scores when there are any; otherwise in-sample (said so in the metadata).
@@ -321,10 +322,12 @@ class KDSM(BaseEstimator):
         self.version_ = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
         return self
 
-    def _fit_neighbours(self, train_X: np.ndarray, network_scores: np.ndarray, keep: float) -> np.ndarray:
+    def _fit_neighbours(self, train_X: np.ndarray, network_scores: np.ndarray, keep: float,
+                        strata: np.ndarray | None = None) -> np.ndarray:
         """The k-NN part's reference: a seeded sample of the ``keep`` share of training rows the trained network
-        finds most normal (what the refinement keeps). Returns the training rows' distances for the blend's moments."""
-        core = lowest(network_scores, keep)
+        finds most normal (what the refinement keeps, per stratum if it has them). Returns the training rows'
+        distances for the blend's moments."""
+        core = lowest(network_scores, keep, strata)
         ref = reference_rows(core, self.score_config.knn_rows, self.train_config.seed)
         Z = self.standardise(train_X).astype(np.float32)  # what score_parts feeds the part
         self.neighbours_ = NeighbourScorer.from_rows(Z[ref], self.score_config.knn_k).to(self.device_)

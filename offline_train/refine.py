@@ -19,6 +19,12 @@ C-steps of the minimum covariance determinant):
    data (10-50% of ADBench's clean training sets, as many as on the
    contaminated ones), which costs accuracy there: docs/contaminated.md.
    Rows left out of the core come back once the network finds them normal.
+3. **Strata** (``strata``, off by default): the core and each round keep
+   their share within each of ``strata`` k-means clusters of the rows, not
+   over all of them. A mode of clean history that the forest finds isolated
+   (a digit class of pendigits) is otherwise left out of the core, never
+   learnt, scored high by every round, and so left out for good: its
+   normal rows then alert.
 
 The step budget is unchanged: the rounds split it, they do not add to it.
 
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from sklearn.cluster import KMeans
 
 from .blend import Blend
 from .isolation import fit_forest
@@ -58,15 +65,37 @@ class WarmStart:
         self.scores_ = -iso.score_samples(Z)  # s in (0, 1]; higher = isolated sooner
         self.contamination_ = float(np.mean(self.scores_ > threshold))
 
-    def core(self, keep: float) -> np.ndarray:
-        """Indices of the ``keep`` share of rows the forest finds least anomalous (sorted)."""
-        return lowest(self.scores_, keep)
+    def core(self, keep: float, strata: np.ndarray | None = None) -> np.ndarray:
+        """Indices of the ``keep`` share of rows the forest finds least anomalous (sorted), per stratum if given."""
+        return lowest(self.scores_, keep, strata)
 
 
-def lowest(scores: np.ndarray, keep: float) -> np.ndarray:
-    """Indices of the ``ceil(keep * n)`` lowest scores (ties broken by index), sorted."""
-    k = max(2, int(np.ceil(keep * len(scores))))
-    return np.sort(np.argsort(scores, kind="stable")[:k])
+def lowest(scores: np.ndarray, keep: float, strata: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the ``ceil(keep * n)`` lowest scores (ties broken by index), sorted.
+
+    With ``strata`` (a label per row), the ``ceil(keep * size)`` lowest of each stratum instead:
+
+    >>> lowest(np.array([5.0, 1.0, 9.0, 8.0]), 0.5)
+    array([0, 1])
+    >>> lowest(np.array([5.0, 1.0, 9.0, 8.0]), 0.5, strata=np.array([0, 0, 1, 1]))
+    array([1, 3])
+    """
+    if strata is None:
+        k = max(2, int(np.ceil(keep * len(scores))))
+        return np.sort(np.argsort(scores, kind="stable")[:k])
+    kept = []
+    for label in np.unique(strata):
+        rows = np.flatnonzero(strata == label)
+        k = max(1, int(np.ceil(keep * len(rows))))
+        kept.append(rows[np.argsort(scores[rows], kind="stable")[:k]])
+    return np.sort(np.concatenate(kept))
+
+
+def strata_of(Z: np.ndarray, clusters: int, seed: int) -> np.ndarray | None:
+    """A k-means cluster label per row (``clusters`` of them at most), or None when ``clusters`` < 2."""
+    if clusters < 2 or len(Z) < 2 * clusters:
+        return None
+    return KMeans(clusters, n_init=4, random_state=seed).fit_predict(Z)
 
 
 @torch.no_grad()
@@ -86,6 +115,7 @@ class Refinement:
     def __init__(self, config, Z: np.ndarray, steps: int, seed: int, device="cpu"):
         self.config = config
         self._Zt = torch.as_tensor(Z, dtype=torch.float32, device=device)
+        self.strata_ = strata_of(Z, config.strata, seed)
         self.warm_ = WarmStart(Z, seed, config.threshold)
         if config.keep == "auto":
             self.keep_ = 1.0 - min(self.warm_.contamination_, config.max_drop)
@@ -97,17 +127,18 @@ class Refinement:
 
     def start_rows(self) -> np.ndarray | None:
         """The warm start's core, or None (every row) when ``start_keep`` is 1."""
-        return None if self.config.start_keep >= 1 else self.warm_.core(self.config.start_keep)
+        return None if self.config.start_keep >= 1 else self.warm_.core(self.config.start_keep, self.strata_)
 
     def summary(self) -> dict:
         return {"contamination_estimate": round(self.warm_.contamination_, 4), "keep": round(self.keep_, 4),
-                "start_keep": self.config.start_keep, "rounds": len(self.rounds_), "rank": self.config.rank}
+                "start_keep": self.config.start_keep, "rounds": len(self.rounds_), "rank": self.config.rank,
+                "strata": 0 if self.strata_ is None else int(self.strata_.max()) + 1}
 
     def __call__(self, net: torch.nn.Module) -> np.ndarray:
         """A round: score every row with ``net`` (eval mode) and return the ``keep_`` share that look most normal."""
         scores = row_scores(net, self._Zt)
         if self.config.rank == "blend":
             scores = Blend.fit(scores, self.warm_.scores_)(scores, self.warm_.scores_)
-        rows = lowest(scores, self.keep_)
+        rows = lowest(scores, self.keep_, self.strata_)
         self.rounds_.append({"kept": round(len(rows) / len(self._Zt), 4)})
         return rows

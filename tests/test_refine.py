@@ -118,3 +118,35 @@ def test_without_rounds_the_network_learns_the_core_only():
     assert np.quantile(s_core[planted], 0.05) > np.quantile(s_core[~planted], 0.95)
     # Learnt from every row, the planted rows are part of the density: they score far lower against the inliers.
     assert np.median(s_core[planted]) / np.median(s_core[~planted]) > 2 * np.median(s_every[planted]) / np.median(s_every[~planted])
+
+
+def two_modes(n: int = 2000, d: int = 4, share: float = 0.12, seed: int = 0):
+    """Clean history with two modes: a main Gaussian and a smaller one far from it (a second class of normal rows)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    m = int(share * n)
+    X[:m] = rng.normal(size=(m, d)) * 0.6 + 5.0
+    return X, np.r_[np.ones(m, bool), np.zeros(n - m, bool)]
+
+
+def test_strata_keep_a_share_of_every_mode_in_the_core():
+    X, mode = two_modes()
+    warm = WarmStart(X, seed=0)
+    assert mode[warm.core(0.5)].sum() < 0.05 * mode.sum()  # over all rows the forest's core leaves the mode out whole
+    r = Refinement(RefineConfig(strata=4), X, steps=400, seed=0)
+    core = r.start_rows()
+    assert r.strata_ is not None and r.summary()["strata"] == 4
+    assert 0.4 <= mode[core].sum() / mode.sum() <= 0.6  # half of each stratum, so about half of the mode
+
+
+def test_strata_let_the_network_learn_a_mode_the_forest_isolates():
+    X, _ = two_modes()
+    fresh = np.random.default_rng(1).normal(size=(500, 4)) * 0.6 + 5.0  # new normal rows of the smaller mode
+    flagged = {s: fit(X, strata=s).predict(fresh).mean() for s in (0, 4)}
+    assert flagged[4] < 0.5 * flagged[0]
+
+
+def test_strata_off_and_too_few_rows_keep_one_share_over_all_rows():
+    Z = np.random.default_rng(0).normal(size=(30, 2))
+    assert Refinement(RefineConfig(), Z, steps=100, seed=0).strata_ is None
+    assert Refinement(RefineConfig(strata=20), Z, steps=100, seed=0).strata_ is None  # fewer than 2 rows a stratum
