@@ -5,8 +5,9 @@ feature spec (categorical, boolean, optional or nested fields). Each event is
 parsed by ``orjson``; one it refuses goes through the reference parser
 (``Decoder``'s ``json.loads`` step), so a malformed event gets the same reason
 code and message on both paths. Ids, timestamps and the schema hash are
-checked as there; and an integer event time beyond 64 bits (orjson reads it
-as the nearest float) is a dead letter, ``invalid_timestamp``. The features go through
+checked as there; an integer event time beyond 64 bits, which orjson reads as
+the nearest float, is read again by the reference parser and passed on exactly,
+as the numeric decoder does. The features go through
 ``FittedFeatures.encode_records``: the transform the offline job applies to
 Parquet rows, so an event scores as its row did in training. Unknown extra
 fields are ignored; a missing field follows its missing policy; a value of
@@ -26,8 +27,8 @@ the event's own values (an unseen category by name).
 >>> out.X.tolist(), out.ids, [(r.index, r.reason) for r in out.rejects]
 ([[0.0, 0.0, 1.0, 0.0]], [1], [(1, 'type_mismatch'), (2, 'type_mismatch')])
 >>> out = d.decode([b'{"id": 4, "ts": 18446744073709551615, "kind": "a"}', b'{"id": 5, "ts": 18446744073709551616, "kind": "a"}'])
->>> out.ts, [(r.index, r.reason, r.message) for r in out.rejects]
-([18446744073709551615], [(1, 'invalid_timestamp', "field 'ts' is an integer of 20 digits, beyond 64 bits: send such a time as a string")])
+>>> out.ts, out.rejects
+([18446744073709551615, 18446744073709551616], [])
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ import orjson
 from offline_train.features import FittedFeatures
 
 from .decode import _INT_EXACT, Decoded, Decoder, Reject
-
-_INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1  # the integers orjson reads exactly (int64 and uint64)
 
 
 class SpecDecoder(Decoder):
@@ -67,7 +66,7 @@ class SpecDecoder(Decoder):
             elif type(ts := o.get(self.ts_field)) is float and abs(ts) >= _INT_EXACT:
                 exact = self._parse(i, v, [])  # an integer beyond 64 bits read as the nearest float? json.loads says
                 if exact is not None and type(exact.get(self.ts_field)) is int:
-                    o = exact  # _check_meta refuses its time
+                    o = exact  # the time the event gave, as the numeric decoder passes it on
             err = self._check_meta(o)
             if err:
                 rejects.append(Reject(i, *err))
@@ -85,14 +84,3 @@ class SpecDecoder(Decoder):
         good = [objs[k] for k in keep]
         return Decoded(X, np.asarray([pos[k] for k in keep], dtype=np.int64), [o[self.id_field] for o in good],
                        [o.get(self.ts_field) for o in good], rejects, records=good)
-
-    def _check_meta(self, o: dict) -> tuple[str, str] | None:
-        """``Decoder``'s checks, and an integer event time beyond 64 bits is refused: orjson reads one as the nearest
-        float, not the time the event gave (one of 309 digits or more, which orjson refuses, the reference parser
-        reads exactly: the time passed on depended on its length).
-        """
-        err = super()._check_meta(o)
-        if err is None and type(ts := o.get(self.ts_field)) is int and not _INT_MIN <= ts <= _UINT_MAX:
-            return "invalid_timestamp", (f"field {self.ts_field!r} is an integer of {len(str(abs(ts)))} digits, "
-                                        "beyond 64 bits: send such a time as a string")
-        return err
