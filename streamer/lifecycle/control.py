@@ -344,7 +344,7 @@ class ChannelWatcher:
                 elif msg is not None:
                     self.on_message(data)
                     next_tick = time.monotonic() + self.period_s
-                elif time.monotonic() >= next_tick:
+                if time.monotonic() >= next_tick:  # after any message too: a flood must not starve the re-read
                     self.on_tick()
                     next_tick = time.monotonic() + self.period_s
                 if self._bad_count:
