@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 
 import pytest
@@ -18,7 +19,7 @@ from offline_train.detector import KDSM
 from streamer.config import Settings
 from streamer.lifecycle.control import connect
 from streamer.lifecycle.registry import ModelRegistry, RegistryError
-from streamer.lifecycle.thresholds import LiveThresholds
+from streamer.lifecycle.thresholds import LiveThresholds, ThresholdOps, ThresholdStore
 from streamer.ops.cli import main as kdsm
 
 pytestmark = pytest.mark.integration
@@ -177,6 +178,12 @@ def test_a_hand_written_set_out_of_order_is_refused_and_the_thresholds_in_force_
         assert bad[0]["thresholds"] == {"warning": above, "critical": critical}
         assert bad[0]["kept"] == model.thresholds_ and "critical" in bad[0]["why"]
         assert "reset --severity warning" in bad[0]["action"]
+        # ``show`` says the set is refused, not in force, and which reset restores the order.
+        shown = ThresholdOps(ThresholdStore(connect(redis_url), prefix), model).show()
+        assert shown["refused"]["pair"] == ["warning", "critical"]
+        assert shown["refused"]["repair"] == ["kdsm thresholds reset --severity warning"]
+        assert shown["effective"]["warning"]["source"] == "refused"
+        assert shown["effective"]["critical"]["source"] == "artifact"
         # A valid override applies; an out-of-order one written after it keeps that override, not the artifact's.
         mid = (warning + critical) / 2
         redis_client.hset(key, "warning", json.dumps({"score": mid}))
@@ -188,6 +195,7 @@ def test_a_hand_written_set_out_of_order_is_refused_and_the_thresholds_in_force_
         (second,) = [e for e in seen.events if e.get("event") == "bad_thresholds"][1:]
         assert second["thresholds"] == {"warning": mid, "critical": mid / 2}
         assert second["kept"] == {"warning": mid, "critical": critical}
+        assert "reset --severity critical" in second["action"]  # resetting the hand-written critical restores it
         # The order restored: the set applies.
         redis_client.hset(key, "critical", json.dumps({"score": above}))
         assert _until(lambda: live.get(model) == {"warning": mid, "critical": above}, timeout=5.0)
@@ -293,6 +301,36 @@ def test_bad_notifications_are_rate_limited_and_counted(redis_client, redis_url,
         assert counts == [1, n - 1]  # the first at once, the rest when the watcher stops
     else:
         assert all(b - a >= every_s * 0.9 for a, b in zip(times, times[1:], strict=False)), times
+
+
+def test_a_flood_of_notifications_does_not_starve_the_periodic_re_read(redis_client, redis_url, prefix):
+    """The re-read (``on_tick``) ran only on a pass with no message: while a publisher kept the channel busy with
+    messages that are not UTF-8 it never ran, so a record written without a notification (redis-cli HSET) was never
+    read. (A valid notification postpones the re-read: it triggers a read of its own.)"""
+    from streamer.lifecycle.control import ChannelWatcher
+
+    channel, ticks, errors = f"{prefix}busy", [], []
+    w = ChannelWatcher(connect(redis_url), channel, period_s=0.2, on_message=lambda _: None,
+                       on_tick=lambda: ticks.append(time.monotonic()), on_error=errors.append, wait_s=0.1,
+                       bad_every_s=60.0).start()
+    stop = threading.Event()
+
+    def flood():
+        while not stop.is_set():
+            redis_client.publish(channel, NOT_UTF8)
+
+    try:
+        assert _until(lambda: redis_client.pubsub_numsub(channel)[0][1] >= 1)
+        flooder = threading.Thread(target=flood, daemon=True)
+        flooder.start()
+        time.sleep(0.3)  # the channel is busy from here on
+        before = len(ticks)
+        time.sleep(1.5)
+        assert len(ticks) - before >= 4, ticks  # about every 0.2 s, flood or not
+    finally:
+        stop.set()
+        w.stop()
+    assert not errors
 
 
 def test_reset_removes_unreadable_records_and_those_of_severities_the_model_lacks(redis_client, prefix, config,

@@ -314,13 +314,13 @@ class LiveThresholds:
             kept = self._cache.get(version, self._artifact[version])
             if self._bad_order.get(version) != new:
                 milder, severer = bad
-                fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in (milder, severer) if s in over)
+                fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in order_repairs(self._artifact[version], over))
                 log.warning({"event": "bad_thresholds", "version": version, "thresholds": new,
                              "why": f"{severer} ({new[severer]:g}) is below {milder} ({new[milder]:g}): a more severe "
                                     "threshold must not be lower (written by hand?)",
                              "kept": kept,
-                             "action": f"refused: scoring keeps the thresholds kept until the order is restored ({fix}, "
-                                       "or `kdsm thresholds reset` for all)"})
+                             "action": "refused: scoring keeps the thresholds kept until the order is restored ("
+                                       + (f"{fix}, or " if fix else "") + "`kdsm thresholds reset` for all)"})
             self._bad_order[version], new = new, kept
         else:
             self._bad_order.pop(version, None)
@@ -379,6 +379,18 @@ def order_violation(artifact: dict[str, float], proposed: dict[str, float]) -> t
     return None
 
 
+def order_repairs(artifact: dict[str, float], over: dict[str, dict]) -> list[str]:
+    """The overridden severities whose reset alone would restore the artifact's order (empty: only a reset of all).
+
+    >>> order_repairs({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 5.0}})
+    ['warning']
+    >>> order_repairs({"warning": 1.0, "critical": 2.0}, {"warning": {"score": 5.0}, "critical": {"score": 0.5}})
+    []
+    """
+    return [sev for sev in over if order_violation(
+        artifact, effective_thresholds(artifact, {k: v for k, v in over.items() if k != sev})) is None]
+
+
 @dataclass(frozen=True)
 class ArtifactCalibration:
     """What ``ThresholdOps`` needs of a model artifact, read without loading its model.
@@ -425,7 +437,9 @@ class ThresholdOps:
 
         That is a record that is not UTF-8 JSON with a finite score >= 0 (``record``: its text, bad bytes as U+FFFD),
         or a valid one under a severity the model does not have, a typo written by hand (``record``: the record, as
-        ``overrides`` would show it). ``overrides`` holds only the records the streamers apply.
+        ``overrides`` would show it). ``overrides`` holds only the records the streamers apply, as a set: a set out of the
+        artifact's order (written by hand) is ``refused`` (the pair, why, and the resets that restore the order), its
+        ``effective`` entries marked ``"source": "refused"``: streamers keep the thresholds they last applied.
         """
         over, bad = self.store.read(self.model.version_)
         ignored = {sev: {"record": text, "why": bad_record_why(text)} for sev, text in bad.items()}
@@ -434,12 +448,22 @@ class ThresholdOps:
                                                            f"{', '.join(sorted(self.model.thresholds_))})"}
         eff = effective_thresholds(self.model.thresholds_, over)
         cal = self.model.calibration_
-        return {"version": self.model.version_, "schema_hash": self.model.schema_hash_,
-                "artifact": dict(self.model.thresholds_), "artifact_quantiles": dict(cal.quantiles),
-                "overrides": over, "ignored": ignored,
-                "effective": {sev: {"score": t, "quantile": round(cal.quantile_of(t), 6),
-                                    "source": "redis" if sev in over else "artifact"} for sev, t in eff.items()},
-                "audit": self.store.audit(self.model.version_, 10)}
+        out = {"version": self.model.version_, "schema_hash": self.model.schema_hash_,
+               "artifact": dict(self.model.thresholds_), "artifact_quantiles": dict(cal.quantiles),
+               "overrides": over, "ignored": ignored}
+        bad = order_violation(self.model.thresholds_, eff)
+        if bad is not None:
+            milder, severer = bad
+            out["refused"] = {"pair": [milder, severer],
+                              "why": f"{severer} ({eff[severer]:g}) is below {milder} ({eff[milder]:g})",
+                              "streamers": "keep the thresholds they last applied (the artifact's if none)",
+                              "repair": [f"kdsm thresholds reset --severity {s}"
+                                         for s in order_repairs(self.model.thresholds_, over)] or ["kdsm thresholds reset"]}
+        source = "refused" if bad is not None else "redis"
+        out["effective"] = {sev: {"score": t, "quantile": round(cal.quantile_of(t), 6),
+                                  "source": source if sev in over else "artifact"} for sev, t in eff.items()}
+        out["audit"] = self.store.audit(self.model.version_, 10)
+        return out
 
     def set(self, severity: str, quantile: float | None = None, score: float | None = None, by: str | None = None) -> dict:
         if severity not in self.model.thresholds_:
