@@ -145,7 +145,14 @@ class RefineConfig(Section):
     max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
     threshold: float = Field(0.5, gt=0, lt=1, description="auto: rows whose isolation score 2^(-E[h]/c(n)) exceeds this count as contamination (0.5: Liu et al. 2008)")
     rank: Literal["network", "blend"] = Field("network", description="what each round ranks the rows by: the network's score, or its blend with the warm start's isolation forest (offline_train.blend)")
-    strata: int = Field(0, ge=0, description="k-means clusters of the training rows within each of which the core and every round keep their share, so that no mode of the history is left out whole (issue 11, fortieth pass); 0 = one share over all rows")
+    strata: int = Field(0, ge=0, description="k-means clusters of the training rows within each of which the core and every round keep their share, so that no mode of the history is left out whole (issue 11, fortieth pass); 0 = one share over all rows (also where there are fewer than two rows a cluster)")
+
+    @field_validator("strata")
+    @classmethod
+    def _strata_off_or_two(cls, v: int) -> int:
+        if v == 1:
+            raise ValueError("must be 0 (off) or at least 2 clusters")
+        return v
 
     @field_validator("keep")
     @classmethod

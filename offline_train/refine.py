@@ -92,7 +92,8 @@ def lowest(scores: np.ndarray, keep: float, strata: np.ndarray | None = None) ->
 
 
 def strata_of(Z: np.ndarray, clusters: int, seed: int) -> np.ndarray | None:
-    """A k-means cluster label per row (``clusters`` of them at most), or None when ``clusters`` < 2."""
+    """A k-means cluster label per row (``clusters`` of them at most), or None when ``clusters`` < 2 or there are
+    fewer than two rows a cluster (then one share over all rows; ``Refinement.summary``'s ``strata`` says 0)."""
     if clusters < 2 or len(Z) < 2 * clusters:
         return None
     return KMeans(clusters, n_init=4, random_state=seed).fit_predict(Z)
@@ -132,7 +133,7 @@ class Refinement:
     def summary(self) -> dict:
         return {"contamination_estimate": round(self.warm_.contamination_, 4), "keep": round(self.keep_, 4),
                 "start_keep": self.config.start_keep, "rounds": len(self.rounds_), "rank": self.config.rank,
-                "strata": 0 if self.strata_ is None else int(self.strata_.max()) + 1}
+                "strata": 0 if self.strata_ is None else len(np.unique(self.strata_))}
 
     def __call__(self, net: torch.nn.Module) -> np.ndarray:
         """A round: score every row with ``net`` (eval mode) and return the ``keep_`` share that look most normal."""

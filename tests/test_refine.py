@@ -150,3 +150,5 @@ def test_strata_off_and_too_few_rows_keep_one_share_over_all_rows():
     Z = np.random.default_rng(0).normal(size=(30, 2))
     assert Refinement(RefineConfig(), Z, steps=100, seed=0).strata_ is None
     assert Refinement(RefineConfig(strata=20), Z, steps=100, seed=0).strata_ is None  # fewer than 2 rows a stratum
+    with pytest.raises(ValueError, match="at least 2 clusters"):
+        RefineConfig(strata=1)
