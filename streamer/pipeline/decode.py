@@ -76,7 +76,7 @@ REASONS = {
 }
 
 _NUMBER = (int, float)
-_INT_EXACT = float(2**63)  # msgspec may read a float field's integer literal beyond this as a float; json.loads keeps ints
+INT_EXACT = float(2**63)  # msgspec and orjson may read an integer literal beyond this as a float; json.loads keeps ints
 _SHALLOW_BYTES = 1000  # a shorter value nests < 500 deep: msgspec and json.loads both parse it
 _ID, _TS, _SCHEMA = attrgetter("id"), attrgetter("ts"), attrgetter("schema")  # fields of the typed event
 _isfinite = math.isfinite
@@ -290,7 +290,7 @@ class Decoder:
         """
         m, d = len(evs), len(self.features)
         X = np.array(list(chain.from_iterable(map(self._get_event_features, evs))), dtype=np.float64).reshape(m, d)
-        ok = (np.abs(X) < _INT_EXACT).all(axis=1)  # >= 2**63 (or inf) may be a big int literal: the reference decides
+        ok = (np.abs(X) < INT_EXACT).all(axis=1)  # >= 2**63 (or inf) may be a big int literal: the reference decides
         ids, ts = list(map(_ID, evs)), list(map(_TS, evs))
         if self.schema_hash is not None:
             sch = list(map(_SCHEMA, evs))

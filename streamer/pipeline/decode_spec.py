@@ -38,7 +38,7 @@ import orjson
 
 from offline_train.features import FittedFeatures
 
-from .decode import _INT_EXACT, Decoded, Decoder, Reject
+from .decode import INT_EXACT, Decoded, Decoder, Reject
 
 
 class SpecDecoder(Decoder):
@@ -63,7 +63,7 @@ class SpecDecoder(Decoder):
                 o = self._parse(i, v, rejects)  # the reference parser: the object (NaN literals) or the reason
                 if o is None:
                     continue
-            elif type(ts := o.get(self.ts_field)) is float and abs(ts) >= _INT_EXACT:
+            elif type(ts := o.get(self.ts_field)) is float and abs(ts) >= INT_EXACT:
                 exact = self._parse(i, v, [])  # an integer beyond 64 bits read as the nearest float? json.loads says
                 if exact is not None and type(exact.get(self.ts_field)) is int:
                     o = exact  # the time the event gave, as the numeric decoder passes it on
