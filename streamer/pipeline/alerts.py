@@ -21,8 +21,8 @@ import msgspec
 import numpy as np
 
 from .batch import RecordBatch
-from .deadletter import bounded_headers
 from .decode import Decoded
+from .headers import bounded_headers
 from .scorer import ScoreResult
 
 # Compact JSON, keys in insertion order, like json.dumps(separators=(",", ":")), in about a tenth of its time

@@ -19,8 +19,6 @@ of ``max_bytes``, and the value is built within what they leave.
 (True, True, 5000)
 >>> dead_letter_headers([("traceparent", b"00-ab-cd-01")], 1000)
 ([('traceparent', b'00-ab-cd-01')], 32)
->>> bounded_headers([("trace", b"t1"), ("blob", b"x" * 100), ("schema", None)], budget=40)
-([('trace', b't1'), ('schema', b''), ('kdsm.headers_left_out', b'1')], 65)
 >>> kept, size = dead_letter_headers([("", None)] * 600_000)  # each costs bytes on the wire, though empty
 >>> len(kept), size <= 262144 // 2 + 64, kept[-1]
 (13108, True, ('kdsm.headers_left_out', b'586893'))
@@ -32,6 +30,8 @@ import base64
 import hashlib
 import json
 import time
+
+from .headers import bounded_headers
 
 _MESSAGE_CHARS = 1000  # the reason's message is ours, but may quote an event's field
 
@@ -72,41 +72,6 @@ def dead_letter_headers(headers, max_bytes: int = 262144) -> tuple[list[tuple[st
     less these. At most half of ``max_bytes``, so headers never crowd the payload's digest and sizes out, and
     value and headers together stay within ``max_bytes`` (docs/streaming.md, "Dead letter")."""
     return bounded_headers(headers, max_bytes // 2)
-
-
-# The original record's headers on what the streamer publishes for it (its dead letter, a fallback record).
-# A reader who traces events by header (a trace id, a schema id) finds them as they came: in order, duplicates
-# included, each whole (a cut trace id is a wrong one). Bounded like the rest of the message, so none can make it
-# too large to publish: those past the budget are left out and ``kdsm.headers_left_out`` (the count, ASCII digits)
-# is appended after the kept ones. Ours come last and only under ``kdsm.`` names; a header of that name among the
-# originals (a re-driven dead letter's) is kept as it came, so a reader takes the last one of a name (Java's
-# ``Headers.lastHeader``). A null value becomes empty bytes: kafka-python's producer takes bytes only (TypeError).
-LEFT_OUT = "kdsm.headers_left_out"
-# What a header costs on the wire besides its name and value: the two lengths (varints, at most 5 bytes each). Counted,
-# so thousands of empty headers cannot pass a byte budget that counts only names and values, then make the message
-# too large to publish (its dead letter, then its fallback, refused: the streamer stops at every restart).
-HEADER_OVERHEAD = 10
-
-
-def bounded_headers(headers, budget: int, each: int | None = None) -> tuple[list[tuple[str, bytes]], int]:
-    """``headers`` ((name, value) pairs) as the producer takes them, within ``budget`` bytes of names, values and
-    ``HEADER_OVERHEAD`` each (each header within ``each``), then our ``LEFT_OUT`` header if any was left out (a few bytes past the budget);
-    returns them and the bytes they take, ours included."""
-    if not headers:  # the common case: no header, no work
-        return [], 0
-    kept, used, left_out = [], 0, 0
-    for name, value in headers:
-        value = b"" if value is None else bytes(value)
-        size = len(name.encode()) + len(value) + HEADER_OVERHEAD
-        if used + size > budget or (each is not None and size > each):
-            left_out += 1  # a later, smaller header may still fit: a trace id after a large blob is kept
-            continue
-        kept.append((name, value))
-        used += size
-    if left_out:
-        kept.append((LEFT_OUT, str(left_out).encode()))
-        used += len(LEFT_OUT) + len(kept[-1][1]) + HEADER_OVERHEAD
-    return kept, used
 
 
 def _utf8(value: bytes) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .deadletter import bounded_headers
+from .headers import bounded_headers
 
 SHORT = 256  # bytes of JSON a field may take to be kept
 _HEADER_BYTES = 16 * SHORT  # the kept headers' total: a trace id, a schema id and their like, not a bulk of them
