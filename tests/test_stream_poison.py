@@ -49,6 +49,19 @@ def _alerts_by_event(s, want: int, timeout: float) -> dict:
     return out
 
 
+def _alerts_once_settled(s, streamer, valid: list) -> dict:
+    """The alerts by event id once every valid event has one (or the streamer died: asserted alive), within 60 s."""
+    alerts = {}
+
+    def settled():
+        alerts.update(_alerts_by_event(s, len(valid), timeout=2))
+        return set(valid) <= set(alerts) or not streamer.thread.is_alive()
+
+    wait_for(settled, timeout=60, every=0.5)
+    assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+    return alerts
+
+
 def test_oversized_payloads_never_stop_the_partition(kafka_bootstrap, redis_url, unique, tiny_model_dir):
     model = KDSM.load(tiny_model_dir, device="cpu")
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=50)
@@ -78,14 +91,7 @@ def test_oversized_payloads_never_stop_the_partition(kafka_bootstrap, redis_url,
 
     streamer = StreamerThread(s).start()
     try:
-        alerts = {}
-
-        def all_valid_alerted():
-            alerts.update(_alerts_by_event(s, len(valid), timeout=2))
-            return set(valid) <= set(alerts) or not streamer.thread.is_alive()
-
-        wait_for(all_valid_alerted, timeout=60, every=0.5)
-        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+        alerts = _alerts_once_settled(s, streamer, valid)
         assert set(valid) <= set(alerts), f"{len(set(valid) - set(alerts))} valid events never alerted"
         assert all(math.isfinite(a["score"]) for a in alerts.values())
         dead = read_topic(s.kafka.bootstrap, s.kafka.deadletter_topic, len(big_offsets), timeout=20)
@@ -254,14 +260,7 @@ def test_a_dead_letter_carries_the_events_headers(kafka_bootstrap, redis_url, un
 
     streamer = StreamerThread(s).start()
     try:
-        alerts = {}
-
-        def settled():
-            alerts.update(_alerts_by_event(s, len(valid), timeout=2))
-            return set(valid) <= set(alerts) or not streamer.thread.is_alive()
-
-        wait_for(settled, timeout=60, every=0.5)
-        assert streamer.thread.is_alive(), f"the streamer exited: {streamer.error!r}"
+        _alerts_once_settled(s, streamer, valid)
     finally:
         streamer.stop()
     if delivery == "exactly_once":  # what a read_committed reader sees: every dead letter committed, once
