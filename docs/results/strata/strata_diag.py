@@ -13,9 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from sklearn.cluster import KMeans
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 torch.set_num_threads(1)
@@ -34,15 +32,12 @@ def strat_lowest(scores, keep, strata=None):  # the library's own strata (0 here
     lab = state.get("lab")
     if MODE != "strata" or lab is None or len(lab) != len(scores):
         return _lowest(scores, keep)
-    out = []
-    for c in np.unique(lab):
-        idx = np.flatnonzero(lab == c)
-        k = max(1, int(np.ceil(keep * len(idx))))
-        out.append(idx[np.argsort(scores[idx], kind="stable")[:k]])
-    return np.sort(np.concatenate(out))
+    return _lowest(scores, keep, lab)  # per cluster: the library's rule since it has one (the same rows as this ran)
+
+
 _init = refine.Refinement.__init__
 def init(self, config, Z, steps, seed, device="cpu"):
-    state["lab"] = KMeans(K, n_init=4, random_state=seed).fit_predict(Z)
+    state["lab"] = refine.strata_of(Z, K, seed)  # KMeans(K, n_init=4, random_state=seed), as this ran
     _init(self, config, Z, steps, seed, device)
 refine.Refinement.__init__ = init
 refine.lowest = strat_lowest; detector.lowest = strat_lowest
