@@ -20,6 +20,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from offline_train.config import Section, TrainSettings
 from streamer.lifecycle.config import ArchiveConfig, DriftConfig, RegistryConfig, RetrainConfig
 
+# kafka-python's consumer request timeout, which the streamer's consumers keep: a fetch the broker may hold longer fails
+CONSUMER_REQUEST_TIMEOUT_MS = 30000
 REDIS_URL_FORMS = "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock"
 
 
@@ -108,9 +110,9 @@ class KafkaConfig(Section):
     ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
     ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
     session_timeout_ms: int = Field(10000, gt=0, description="group session timeout; a dead streamer's partitions move after this")
-    heartbeat_interval_ms: int = Field(3000, gt=0, description="group heartbeat interval (< session_timeout_ms / 3)")
+    heartbeat_interval_ms: int = Field(3000, gt=0, description="group heartbeat interval (below session_timeout_ms; a third of it or less is advised)")
     max_poll_interval_ms: int = Field(300000, gt=0, description="longest pause between polls before the group evicts the consumer")
-    fetch_max_wait_ms: int = Field(20, ge=0, description="longest the broker may hold a fetch; some brokers (Tansu) wait it out even with data ready, so it bounds latency")
+    fetch_max_wait_ms: int = Field(20, ge=0, lt=CONSUMER_REQUEST_TIMEOUT_MS, description="longest the broker may hold a fetch, below the consumer's 30 s request timeout; some brokers (Tansu) wait it out even with data ready, so it bounds latency")
     max_event_bytes: int = Field(65536, gt=0, description="larger events go to the dead-letter topic as 'oversized'")
     deadletter_max_bytes: int = Field(262144, ge=4096, le=1000000, description="largest dead letter; a payload that does not fit is cut or left out (deadletter_oversize), its size and SHA-256 kept; stay under the producer's 1 MiB max_request_size and the broker's message.max.bytes")
     deadletter_oversize: Literal["truncate", "digest"] = Field("truncate", description="what a dead letter keeps of a payload that does not fit: truncate = its first bytes, digest = only its size and SHA-256")
@@ -126,6 +128,14 @@ class KafkaConfig(Section):
     @classmethod
     def _bootstrap_parses(cls, v: str) -> str:
         return check_bootstrap(v)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> KafkaConfig:
+        # kafka-python refuses it only when the consumer is built, with a traceback: say so at load, as a config error
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below session_timeout_ms "
+                             f"({self.session_timeout_ms}); a third of it or less is advised")
+        return self
 
     @model_validator(mode="after")
     def _interval_needs_at_least_once(self) -> KafkaConfig:
