@@ -183,3 +183,17 @@ def test_promote_under_a_lock_needs_the_lock_token(registry, tiny_model_dir, sec
     registry.r.set(registry.keys.lock, "mine")
     assert registry.promote(v2, lock_token=b"mine") == (v1, v2)
     assert registry.promote(v1) == (v2, v1)  # without a token (kdsm models promote): no lock needed
+
+
+def test_promote_expecting_a_current_moves_only_if_it_is_still_current(registry, tiny_model_dir, second_model_dir):
+    """``expect_current`` (what a retrain passes: the version it started from) is checked in the promote script."""
+    from streamer.lifecycle.registry import CurrentChanged
+
+    v1, v2 = registry.add(tiny_model_dir), registry.add(second_model_dir)
+    with pytest.raises(CurrentChanged, match="not promoted"):  # expected v1, there is no current yet
+        registry.promote(v2, expect_current=v1)
+    assert registry.promote(v1, expect_current=None) == (None, v1)  # None: no current expected
+    with pytest.raises(CurrentChanged, match=f"current is {v1} now"):
+        registry.promote(v2, expect_current=None)
+    assert registry.pointers() == {"current": v1, "previous": None} and len(registry.history()) == 1
+    assert registry.promote(v2, expect_current=v1) == (v1, v2)

@@ -301,6 +301,31 @@ def test_lock_lost_before_the_promote_step_registers_but_does_not_promote(tmp_pa
     assert run["status"] == "registered" and "lock lost" in run["reason"]
 
 
+def test_an_operators_promote_during_the_run_wins_over_the_retrain(setup, second_model, monkeypatch):
+    """An operator promotes another version by hand while the retrain runs its gate: the run registers its version and
+    does not promote it over the operator's choice (the promote script checks current is still the run's start)."""
+    import streamer.lifecycle.retrain as retrain
+
+    s, reg, v0 = setup
+    v1 = reg.add(second_model)
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    real_validate = retrain.validate
+
+    def operator_promotes_meanwhile(*args, **kwargs):
+        reg.promote(v1, reason="operator: current is bad")
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(retrain, "validate", operator_promotes_meanwhile)
+    res = run_retrain(s, reg, reason="drift")
+    assert res.status == "registered" and "current changed during the run" in res.reason, res.reason
+    assert res.exit_code == 0 and res.version not in (v0, v1)
+    assert reg.pointers() == {"current": v1, "previous": v0}
+    assert reg.get(res.version)["status"] == "validated"
+    assert [h["to"] for h in reg.history()] == [v1, v0]  # no promotion by the run
+    run = reg.r.xrevrange(reg.keys.runs, count=1)[0][1]
+    assert run["status"] == "registered" and "current changed" in run["reason"]
+
+
 def _pending_with(reg) -> list[tuple[str, str]]:
     import redis
 

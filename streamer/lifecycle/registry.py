@@ -113,12 +113,19 @@ class LockLost(RegistryError):
     """A promotion under a lock (the retrain's) refused because the lock is no longer held with that token."""
 
 
+class CurrentChanged(RegistryError):
+    """A promotion that expected a current version refused because ``current`` is another one now (an operator's
+    promote or rollback while a retrain ran)."""
+
+
 # Atomic pointer moves: read, move, publish and audit in one server-side step. A promotion under a lock
-# (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step.
+# (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step; one
+# with ARGV[7] = '1' only if current is still ARGV[8] ('' = none), else 0.
 # A rollback moves them only if previous is still ARGV[4], the version whose artifact it checked (else 0).
 _PROMOTE = """
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
 local cur = redis.call('HGET', KEYS[1], 'current')
+if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return 0 end
 if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
 if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
 redis.call('HSET', KEYS[1], 'current', ARGV[1])
@@ -304,7 +311,8 @@ class ModelRegistry:
             raise RegistryError(f"version {version} is damaged in the store, {refused}: {e}") from None
 
     def promote(self, version: str, reason: str = "manual", force: bool = False,
-                lock_token: str | bytes | None = None) -> tuple[str | None, str]:
+                lock_token: str | bytes | None = None, expect_current: str | None | bool = False,
+                ) -> tuple[str | None, str]:
         """Make ``version`` current (the old current becomes previous); returns the pointers after it: (previous, current).
 
         Promoting the version that is already current changes nothing (the
@@ -314,6 +322,10 @@ class ModelRegistry:
         load in a damaged current one. With ``lock_token`` (the retrain
         lock's), the pointers move only if ``<p>retrain:lock`` still holds that
         token, checked in the same Lua step: else ``LockLost``, nothing moved.
+        With ``expect_current`` (a version, or None for no current; False: no
+        check) the pointers move only if ``current`` is still that, checked in
+        the same step: else ``CurrentChanged``, nothing moved (a retrain does
+        not override an operator's promote or rollback made while it ran).
         """
         meta = self.get(version)
         if meta is None:
@@ -326,7 +338,11 @@ class ModelRegistry:
         was = self.checked_current_version()  # not UTF-8: the script's reply would hold it, undecodable
         with self._state(lock=bool(lock_token)):
             res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
-                                args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or ""])
+                                args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or "",
+                                      "0" if expect_current is False else "1", expect_current or ""])
+        if res == 0:
+            raise CurrentChanged(f"current is {self.current_version()} now, not {expect_current}: version {version} "
+                                 "not promoted")
         if not res:
             raise LockLost(f"{self.keys.lock} is no longer held by this retrain: version {version} not promoted")
         prev, new = res

@@ -15,7 +15,9 @@ once stale (``stale_after_s``).
   crashed holder's lock expires. A second job finds the lock taken and exits
   with status ``locked`` (exit code 0). The promotion moves the pointers only
   if the lock still holds this run's token (checked in the promote script):
-  a run that lost its lock registers its version and does not promote it.
+  a run that lost its lock registers its version and does not promote it;
+  so does a run during which ``current`` changed (an operator's promote or
+  rollback): the promote script checks it is still the run's starting one.
 - **Data**: closed archive files within ``retrain.window_hours``, newest
   first, until ``retrain.max_rows`` rows (file granularity); unreadable files
   are skipped and named in the run record. Fewer than ``retrain.min_rows``
@@ -64,7 +66,7 @@ from offline_train.job import label_metrics
 from .archive import closed_files
 from .control import expect_types, never_expires, read_raw, text_of
 from .metrics import LifecycleMetrics
-from .registry import LockLost, ModelRegistry, RegistryError
+from .registry import CurrentChanged, LockLost, ModelRegistry, RegistryError
 
 log = logging.getLogger("kdsm.retrain")
 
@@ -355,11 +357,16 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     if not rc.auto_promote:
         return RetrainResult("registered", version, "passed the gate; retrain.auto_promote is off", details)
     try:  # the renewal thread looks only every third of the TTL: the promotion itself checks the token, atomically
-        registry.promote(version, reason=f"retrain ({trigger})", lock_token=lock.token)
+        # and that current is still the version this run started from: an operator's promote or rollback made
+        # while it ran wins over it.
+        registry.promote(version, reason=f"retrain ({trigger})", lock_token=lock.token, expect_current=cur_version)
     except LockLost as e:
         log.error({"event": "retrain_lock_lost", "error": str(e), "action": "registered, not promoted"})
         lock.lost.set()
         return lost
+    except CurrentChanged as e:
+        log.warning({"event": "retrain_current_changed", "error": str(e), "action": "registered, not promoted"})
+        return RetrainResult("registered", version, f"current changed during the run: {e}", details)
     return RetrainResult("promoted", version, f"passed the gate; {cur_version} -> {version}", details)
 
 
