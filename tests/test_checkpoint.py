@@ -6,6 +6,8 @@ The real broker's side (a broker killed or hung mid-stream) is in ``test_broker_
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from kafka.errors import CommitFailedError, KafkaTimeoutError
@@ -28,6 +30,9 @@ class Consumer:
         if self.fail:
             raise self.fail.pop(0)
         self.committed.append(offsets[TP].offset)
+
+    async def commit_async(self, offsets):  # the rebalance listener's commit (drain_async)
+        self.commit(offsets)
 
 
 class Producer:
@@ -79,3 +84,19 @@ def test_commits_failing_again_and_again_stop_the_streamer_without_committing():
     with pytest.raises(DeliveryError, match="3 offset commits in a row failed"):
         cp.retire()
     assert consumer.committed == []
+
+
+def test_a_partition_whose_revocation_commit_was_refused_is_read_again_from_the_first_offset_taken():
+    """At least once, no offset committed yet: the listener's commit is refused; if the partition comes back to this
+    member, ``resume_at`` sends it to the first record taken (kafka-python's kept position is past both batches)."""
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer())
+    for first in (0, 5):
+        cp.took({TP: first})
+        cp.add(batch(first))
+    consumer.fail.append(CommitFailedError("the group rebalanced"))
+    assert asyncio.run(cp.drain_async()) == []
+    assert cp.resume_at(TP, None) == 0 and cp.resume_at(TP, 7) == 7  # a committed offset always wins
+    cp.took({TP: 0})
+    cp.add(batch(0))
+    assert sunk(cp.retire()) == list(range(5)) and cp.resume_at(TP, None) is None  # committed: the group's offset

@@ -7,11 +7,16 @@ that position, and leave; the late member then gets the partition back and,
 left alone, would read the other member's events again. Here the streamer's
 revocation is made slow (what a slow producer flush does) so a second group
 member takes every partition, consumes and commits, and leaves.
+
+The other way round: a partition the rebalance gives back with *no* committed offset, after the revocation could
+not commit what the member had polled (its transaction aborted), is read again from the first offset the member
+took, not from the position kafka-python kept.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import make_blobs
@@ -29,6 +34,10 @@ from stream_support import (
 
 from offline_train.detector import KDSM
 from streamer.pipeline import app as app_module
+from streamer.pipeline.batch import RecordBatch
+from streamer.pipeline.checkpoint import Checkpointer, TransactionAborted
+from streamer.pipeline.kafka_clients import make_consumer
+from streamer.pipeline.metrics import StreamMetrics
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +118,86 @@ def test_a_streamer_that_missed_a_generation_does_not_reread_what_another_member
         streamer.stop()
     reread = sorted({i for i in sink.ids() if i.startswith("b")})
     assert reread == [], f"the streamer re-read {len(reread)} events the other member had committed"
+
+
+class _AbortingApp:
+    """What the listener touches of ``StreamApp``, with a real ``Checkpointer``: publishing what was polled aborts
+    (``TransactionAborted``, as a failed ``commit_transaction`` in the revocation does)."""
+
+    _closing, fetcher = False, None
+
+    def __init__(self, consumer):
+        self.consumer, self.metrics = consumer, StreamMetrics()
+        self.checkpoint = Checkpointer(consumer, None)
+        self.polled, self.aborted = [], 0
+
+    def take(self, records):  # the loop's _prepare: the records are taken, to be scored
+        self.checkpoint.took(RecordBatch.from_records(records).first_offsets())
+        self.polled.extend(records)
+
+    def _publish_pending(self):
+        if self.polled:
+            self.aborted += 1
+            raise TransactionAborted("the revocation's transaction aborted")
+
+    def _publish_gathered(self):
+        pass
+
+    def _drop_polled(self):
+        self.polled = []
+
+    def _after_commit(self, done):
+        pass
+
+
+def test_a_partition_given_back_without_a_committed_offset_after_an_aborted_revocation_is_read_again(
+        kafka_bootstrap, redis_url, unique):
+    """Exactly once, nothing committed yet: a second member joins, the revocation's transaction aborts, one partition
+    comes back. Before the fix the member read on from the position kafka-python kept: offsets 0-9 of that
+    partition were never scored, alerted or dead-lettered (it re-read nothing)."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    create_topics(s, partitions=PARTITIONS)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i in range(20):
+        p.send(s.kafka.events_topic, value=b"%d" % i, partition=i % PARTITIONS)
+    p.flush()
+    p.close()
+    member = make_consumer(s.kafka, isolation_level="read_committed")
+    app = _AbortingApp(member)
+    member.subscribe([s.kafka.events_topic], listener=app_module._Rebalance(app))
+    other, stop = None, threading.Event()
+    try:
+        def take_polled():
+            for records in member.poll(timeout_ms=200).values():
+                app.take(records)
+            return len(app.polled) == 20
+
+        assert wait_for(take_polled, 30), len(app.polled)
+        other = make_consumer(s.kafka, isolation_level="read_committed")
+        other.subscribe([s.kafka.events_topic])
+
+        def spin():
+            while not stop.is_set():
+                other.poll(timeout_ms=100)
+
+        spinning = threading.Thread(target=spin, daemon=True)
+        spinning.start()
+        again = []  # every offset read after the 20 taken: the poll that ends the rebalance may return some
+
+        def read_on():
+            again.extend(r.offset for rs in member.poll(timeout_ms=100).values() for r in rs)
+            return app.aborted and len(member.assignment()) == 1
+
+        assert wait_for(read_on, 60), (app.aborted, member.assignment())
+        kept = next(iter(member.assignment()))
+        assert member.committed(kept) is None
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            read_on()
+        assert sorted(again) == list(range(10)), again
+    finally:
+        stop.set()
+        if other is not None:
+            spinning.join(5)
+            other.close(autocommit=False)
+        member.close(autocommit=False)

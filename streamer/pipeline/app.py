@@ -125,7 +125,7 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         try:
             app._publish_pending()
             app._publish_gathered()
-        except TransactionAborted:  # exactly once: nothing of it is visible; the new owner reads it again
+        except TransactionAborted:  # exactly once: nothing of it is visible; its next owner reads it again (resume_at)
             app._drop_polled()
         done = await app.checkpoint.drain_async()
         app._after_commit(done)
@@ -146,17 +146,25 @@ class _Rebalance(AsyncConsumerRebalanceListener):
         kafka-python (eager protocol) keeps the position of a partition a rebalance gives back, even where this
         member missed a generation in which another member owned it and committed past that position; reading on
         from there re-scores the other member's events (duplicates, even under exactly once). Everything this
-        member polled was committed by the revocation, so the committed offset is the right place to start.
+        member polled was committed by the revocation, so the committed offset is the right place to start; what the
+        revocation could not commit (an aborted transaction, a refused commit) is read again from there, or, where the
+        group has no offset for the partition yet, from the first offset this member took (``Checkpointer.resume_at``).
         The fetch is awaited on the IO thread (a blocking ``committed()`` cannot run here); kafka-python has
         no public coroutine for it, hence its coordinator's.
         """
         consumer, found = self.app.consumer, {}
         offsets = await consumer._coordinator.fetch_committed_offsets_async(set(assigned))
-        for tp, committed in offsets.items():
-            if tp in assigned and committed is not None and committed.offset >= 0:
-                consumer.seek(tp, committed.offset)
-                found[tp] = committed.offset
-        return found  # without a committed offset: auto_offset_reset
+        for tp in assigned:
+            committed = offsets.get(tp)
+            # Without a committed offset, a partition this member read and did not commit (its revocation's
+            # transaction aborted, its commit refused) goes back to its first record taken: kept position would
+            # read on past the events never committed.
+            at = self.app.checkpoint.resume_at(tp, committed.offset if committed is not None and committed.offset >= 0
+                                               else None)
+            if at is not None:
+                consumer.seek(tp, at)
+                found[tp] = at
+        return found  # never read and no committed offset: auto_offset_reset
 
 
 @dataclass
@@ -354,15 +362,19 @@ class StreamApp:
         """Decode now; score on the scoring thread."""
         t0 = time.perf_counter()
         thresholds = self.thresholds.get(model) if self.thresholds is not None else dict(model.thresholds_)
+        self.checkpoint.took(rb.first_offsets())
         dec = self._decoder.decode(rb.values)
         if rb.unreadable:  # records kafka-python could not read (batch.Unreadable): no value, so rejected as empty
             mark_unreadable(dec, rb.unreadable)
         return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
 
     def _drop_polled(self) -> None:
-        """Forget the batch being scored and the records gathered (their transaction was not committed)."""
+        """Forget the batch being scored and the records gathered (their transaction was not committed); they are
+        read again from the committed offsets, or from where this member first took them (``resume_at``)."""
         self._pending = None
-        self._gathered.clear()
+        if self._gathered:
+            self.checkpoint.took(RecordBatch.from_records(self._gathered).first_offsets())
+            self._gathered.clear()
 
     def _publish_pending(self) -> None:
         """Publish the batch being scored (if any); also called by the rebalance listener before it drains."""

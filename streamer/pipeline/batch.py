@@ -131,6 +131,19 @@ class RecordBatch:
         >>> sorted((tp.topic, tp.partition, o) for tp, o in b.commit_offsets().items())
         [('a', 0, 8), ('a', 1, 3), ('b', 0, 10)]
         """
+        return self._per_partition(last=True)
+
+    def first_offsets(self) -> dict[TopicPartition, int]:
+        """First offset per partition: where the batch is read again from if it is never committed.
+
+        >>> b = RecordBatch(["a", "b", "a", "a"], np.array([0, 0, 1, 0], np.int32), np.array([5, 9, 2, 7]),
+        ...                 np.zeros(4, np.int64), [None] * 4, [b""] * 4, 0.0)
+        >>> sorted((tp.topic, tp.partition, o) for tp, o in b.first_offsets().items())
+        [('a', 0, 5), ('a', 1, 2), ('b', 0, 9)]
+        """
+        return self._per_partition(last=False)
+
+    def _per_partition(self, last: bool) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
         topics = set(self.topics)
         for t in topics:
@@ -140,7 +153,8 @@ class RecordBatch:
                 sel = np.fromiter((x == t for x in self.topics), bool, len(self.topics))
                 parts, offs = self.partitions[sel], self.offsets[sel]
             for p in np.unique(parts).tolist():
-                out[TopicPartition(t, p)] = int(offs[parts == p].max()) + 1
+                mine = offs[parts == p]
+                out[TopicPartition(t, p)] = int(mine.max()) + 1 if last else int(mine.min())
         return out
 
 

@@ -25,7 +25,10 @@ At-least-once (DESIGN 6) rests on this order for every batch:
    ``commit_async`` awaited on kafka-python's IO thread from the rebalance
    listener (``drain_async``; a blocking commit there would deadlock); a
    commit refused because the partitions moved to another member is logged
-   and counted: the new owner re-reads those events (bounded duplicates);
+   and counted: the new owner re-reads those events (bounded duplicates)
+   from the committed offset, or, where the group has none yet and the
+   partition comes back here, from the first offset this member took
+   (``resume_at``: kafka-python keeps its position, past those events);
    a commit that fails while this member keeps its partitions (unanswered,
    the coordinator moving) is retried with the next commit, its batches
    first, since the consumer has read past them and would not re-read them;
@@ -169,6 +172,9 @@ class Checkpointer:
         self.committed_batches = 0
         self.failed_commits = 0
         self._failed_in_a_row = 0
+        # Per partition of which no offset is committed yet, the first offset this member took: where the partition
+        # is read again from after a batch was dropped, aborted or not committed (``resume_at``).
+        self.uncommitted_from: dict[TopicPartition, int] = {}
 
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
         """Hand one message to the producer; returns its future (resolved by the broker's ack).
@@ -179,6 +185,18 @@ class Checkpointer:
         fut = self._send(topic, key, value, headers)
         batch.sends.append(Send(topic, key, value, fut, headers=headers))
         return fut
+
+    def took(self, first_offsets: dict[TopicPartition, int]) -> None:
+        """Records were taken from these partitions (their first offset each), to be scored or dropped."""
+        for tp, offset in first_offsets.items():
+            if offset < self.uncommitted_from.get(tp, offset + 1):
+                self.uncommitted_from[tp] = offset
+
+    def resume_at(self, tp: TopicPartition, committed: int | None) -> int | None:
+        """Where ``tp`` is read again from: the group's committed offset; without one, the first offset this member
+        took from it (what it polled was never committed: kafka-python would read on from its position, past it);
+        None for a partition never read (``auto_offset_reset``)."""
+        return committed if committed is not None else self.uncommitted_from.get(tp)
 
     def add(self, batch: InFlight) -> None:
         self.in_flight.append(batch)
@@ -337,6 +355,9 @@ class Checkpointer:
             return []
         now = time.time()
         self.committed_batches += len(batches)
+        for b in batches:
+            for tp in b.offsets:
+                self.uncommitted_from.pop(tp, None)  # the group has an offset for it now
         if self.metrics is not None:
             self.metrics.commits.labels("ok").inc()
             self.metrics.last_commit.set(now)
