@@ -9,7 +9,8 @@ and abort markers that Tansu does write, as Apache Kafka's broker does for such 
 - a stale instance whose transactional id a newer producer took is fenced: one log line, non-zero exit,
   nothing of it visible after the fence; its successor finishes exactly once; a fence between a batch's
   sends and its commit ends within ``kafka.delivery_timeout_s`` (Tansu drops the connection on that commit);
-- a batch whose publish fails is aborted (nothing visible, offsets not committed) and read again.
+- a batch whose publish fails is aborted (nothing visible, offsets not committed) and read again, from its first
+  offset when nothing is committed yet, even with ``auto_offset_reset: latest``.
 """
 
 from __future__ import annotations
@@ -337,6 +338,7 @@ def test_a_failed_publish_aborts_the_batch_and_it_is_read_again(kafka_bootstrap,
     tp = TopicPartition(s.kafka.events_topic, 0)
     producer = make_transactional_producer(s.kafka)
     cp = TransactionalCheckpointer(consumer, producer, transactional_id=s.kafka.transactional_id)
+    cp.took({tp: 0})  # what the loop does with every batch it takes
     batch = InFlight(offsets={tp: 10}, scored=None, timestamps_ms=[])
     for i in range(3):
         cp.send(batch, s.kafka.alerts_topic, None, b"alert-%d" % i)
@@ -345,7 +347,7 @@ def test_a_failed_publish_aborts_the_batch_and_it_is_read_again(kafka_bootstrap,
         cp.add(batch)
     assert consumer.committed(tp) is None
     cp.rewind()
-    assert consumer.position(tp) == 0  # no committed offset: auto_offset_reset=earliest
+    assert consumer.position(tp) == 0  # no committed offset: the first offset taken
     retry = InFlight(offsets={tp: 10}, scored=None, timestamps_ms=[])
     cp.send(retry, s.kafka.alerts_topic, None, b"alert-retry")
     cp.add(retry)
@@ -354,6 +356,49 @@ def test_a_failed_publish_aborts_the_batch_and_it_is_read_again(kafka_bootstrap,
     consumer.close(autocommit=False)
     view = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
     assert [r.value for r in view.records] == [b"alert-retry"] and view.aborted == 3
+
+
+def test_an_aborted_batch_is_read_again_under_latest_without_a_committed_offset(kafka_bootstrap, redis_url, unique):
+    """``auto_offset_reset: latest``, nothing committed yet: the aborted batch is rewound to its first offset, not
+    to the end of the log. Before the fix ``rewind`` sought the end: offsets 0-14 were never read again."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    s.kafka.delivery, s.kafka.transactional_id, s.kafka.auto_offset_reset = "exactly_once", f"tx-{unique}", "latest"
+    create_topics(s)
+    consumer = make_consumer(s.kafka, isolation_level="read_committed")
+    consumer.subscribe([s.kafka.events_topic])
+    tp = TopicPartition(s.kafka.events_topic, 0)
+    deadline = time.monotonic() + 20
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=200)
+    assert consumer.position(tp) == 0  # latest, on an empty partition: from here on
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i in range(10):
+        p.send(s.kafka.events_topic, value=b"%d" % i)
+    p.flush()
+    polled = []
+    while len(polled) < 10 and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=200).values():
+            polled.extend(recs)
+    assert [r.offset for r in polled] == list(range(10))
+    producer = make_transactional_producer(s.kafka)
+    cp = TransactionalCheckpointer(consumer, producer, transactional_id=s.kafka.transactional_id)
+    cp.took({tp: polled[0].offset})
+    batch = InFlight(offsets={tp: 10}, scored=None, timestamps_ms=[])
+    cp.send(batch, s.kafka.alerts_topic, None, b"alert-0")
+    batch.sends.append(Send(s.kafka.alerts_topic, None, b"refused", Future().failure(RuntimeError("nack"))))
+    with pytest.raises(TransactionAborted):
+        cp.add(batch)
+    for i in range(10, 15):  # more events arrive meanwhile
+        p.send(s.kafka.events_topic, value=b"%d" % i)
+    p.flush()
+    p.close()
+    cp.rewind()
+    again = []
+    while len(again) < 15 and time.monotonic() < deadline + 10:
+        again.extend(r.offset for recs in consumer.poll(timeout_ms=200).values() for r in recs)
+    producer.close()
+    consumer.close(autocommit=False)
+    assert again == list(range(15))
 
 
 def test_tansu_quirk_read_committed_returns_aborted_records(kafka_bootstrap, unique):

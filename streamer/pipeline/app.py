@@ -34,7 +34,7 @@ partitions paused.
 With ``kafka.delivery: exactly_once`` each batch is one Kafka transaction
 (alerts, dead letters, offsets; ``TransactionalCheckpointer``): an aborted
 one makes the loop drop what it polled after the batch and rewind to the
-committed offsets; a producer fenced by a newer instance stops the process.
+committed offsets (without one, to the first offset taken); a producer fenced by a newer instance stops the process.
 
 Two hooks for other components:
 

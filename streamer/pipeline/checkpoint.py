@@ -59,7 +59,9 @@ alert and dead letter once, and only when the batch's offsets are committed:
 5. on any publish or commit error: ``abort_transaction`` (nothing of the
    batch becomes visible, the offsets stay), ``TransactionAborted`` tells the
    loop to drop what it polled after the batch and ``rewind`` the consumer to
-   the committed offsets, and the batch is read and scored again;
+   the committed offsets (without one, to the first offset taken from the
+   partition, whatever ``auto_offset_reset`` says), and the batch is read and
+   scored again;
    ``resend_attempts`` aborts in a row raise ``DeliveryError``: the streamer
    stops without committing;
 6. a producer fenced by a newer one with the same transactional id (a
@@ -455,16 +457,14 @@ class TransactionalCheckpointer(Checkpointer):
         return self.retire()
 
     def rewind(self) -> None:
-        """After an abort: every assigned partition back to its committed offset (the aborted batch and
-        anything polled after it are read again)."""
+        """After an abort: every assigned partition back to its committed offset, or without one to the first
+        offset taken from it (``resume_at``), so the aborted batch and anything polled after it are read again.
+        A partition never read keeps its position (``auto_offset_reset``'s, untouched: with ``latest`` a seek
+        to the end would skip what arrived since)."""
         for tp in self.consumer.assignment():
-            committed = self.consumer.committed(tp)
-            if committed is not None:
-                self.consumer.seek(tp, committed)
-            elif self.consumer.config["auto_offset_reset"] == "latest":
-                self.consumer.seek_to_end(tp)
-            else:
-                self.consumer.seek_to_beginning(tp)
+            at = self.resume_at(tp, self.consumer.committed(tp))
+            if at is not None:
+                self.consumer.seek(tp, at)
 
     def _begin(self) -> None:
         if not self._open:
