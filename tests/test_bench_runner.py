@@ -65,6 +65,30 @@ def test_resume_skips_finished_runs_and_records_failures(data_dir, tmp_path):
     assert len(rows2) == len(csv_rows)
 
 
+def test_config_id_covers_refine_and_score_so_a_changed_setting_reruns(data_dir, tmp_path):
+    from offline_train.evaluation.runner import config_id
+
+    base = TrainSettings()
+    ids = {config_id(base.model_copy(update={section: getattr(base, section).model_copy(update=change)}))
+           for section, change in [("refine", {"rounds": 1}), ("refine", {"enabled": False}),
+                                   ("score", {"knn": False}), ("score", {"forest_metric": "depth"})]}
+    assert len(ids) == 4 and config_id(base) not in ids
+    # Neither the seed nor calibration (the bench calibrates in-sample) changes a score.
+    assert config_id(base.model_copy(update={"calibration": base.calibration.model_copy(update={"holdout": 0.5})})) \
+        == config_id(base) == config_id(base.model_copy(update={"train": base.train.model_copy(update={"seed": 3})}))
+
+    # A CSV row of another config (an old id) is kept but not resumed: the run is done again.
+    spec = BenchSpec(data_dir, tmp_path / "out", datasets=["blobs"], methods=("knn",), split="clean")
+    run_bench(spec, TrainSettings(), progress=False)
+    csv_rows = read_rows(spec.csv_path)
+    for r in csv_rows:
+        r["config"] = "5193e5cf"
+    spec.csv_path.write_text(",".join(csv_rows[0]) + "\n" + "".join(",".join(r.values()) + "\n" for r in csv_rows))
+    rows = run_bench(spec, TrainSettings(), progress=False)
+    assert [r["config"] for r in rows] == [config_id(TrainSettings())]
+    assert [r["config"] for r in read_rows(spec.csv_path)] == ["5193e5cf", config_id(TrainSettings())]
+
+
 def test_identical_split_for_every_method(data_dir, tmp_path):
     spec = BenchSpec(data_dir, tmp_path / "out", datasets=["blobs"], methods=("knn", "lof", "ecod"), split="paper")
     rows = run_bench(spec, TrainSettings(), progress=False)

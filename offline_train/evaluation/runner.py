@@ -82,13 +82,16 @@ def dataset_paths(data_dir: Path, names: Iterable[str] | None = None) -> list[Pa
 
 
 def config_id(settings) -> str:
-    """Short hash of everything that changes a deep model (not the seed, device or thread count).
+    """Short hash of everything that changes a deep model's scores (not the seed, device or thread count).
 
-    The step budget enters as resolved from the profile, so ``--profile fast``
+    The sections ``KDSM.from_settings`` reads: sigma, model, ema, refine, score, train and data. Not
+    calibration: the bench calibrates in-sample whatever it says, and its severities and explanations do
+    not change a score. The step budget enters as resolved from the profile, so ``--profile fast``
     and the same budget set explicitly share rows. So does the sigma rule's
-    revision: rows from an older rule are not resumed as if current.
+    revision: rows from an older rule are not resumed as if current. Ids written before refine and
+    score entered differ from today's for the same settings: those rows are re-run, not resumed.
     """
-    dump = settings.model_dump(include={"sigma", "model", "ema", "train", "data"},
+    dump = settings.model_dump(include={"sigma", "model", "ema", "refine", "score", "train", "data"},
                                exclude={"train": {"seed", "device", "threads", "profile", "steps", "epochs",
                                                          "min_steps", "max_steps"},
                                         "data": {"batch_rows", "features", "id_column", "timestamp_column", "label_column"}})
