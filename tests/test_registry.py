@@ -64,6 +64,26 @@ def test_refusals(registry, tiny_model_dir):
     assert registry.promote(v, force=True)[1] == v
 
 
+@pytest.mark.parametrize("status", ["validating", None, "unknown"])
+def test_promote_needs_force_unless_the_version_passed_the_gate_or_was_added_by_hand(registry, tiny_model_dir,
+                                                                                   second_model_dir, status):
+    """A retrain's version still `validating` (its run died in the gate), or of another status, needs --force; one
+    added by hand (`kdsm models add`: status registered) or validated does not."""
+    v1, v2 = registry.add(tiny_model_dir), registry.add(second_model_dir)
+    assert registry.get(v1)["status"] == "registered"
+    assert registry.promote(v1) == (None, v1)  # added by hand
+    meta = registry.get(v2)
+    meta.pop("status") if status is None else meta.update(status=status)
+    registry.register(v2, meta)
+    with pytest.raises(RegistryError, match="did not pass the validation gate; use --force"):
+        registry.promote(v2)
+    assert registry.pointers() == {"current": v1, "previous": None}
+    registry.update(v2, status="validated")
+    assert registry.promote(v2) == (v1, v2)
+    registry.update(v2, status=status)
+    assert registry.promote(v2, force=True) == (v1, v2)  # already current: nothing moves
+
+
 def test_provider_swaps_on_notify_and_refuses_bad_artifacts(registry, tiny_model_dir, second_model_dir, tmp_path):
     v1 = registry.add(tiny_model_dir)
     v2 = registry.add(second_model_dir)

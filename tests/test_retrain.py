@@ -252,6 +252,34 @@ def test_gate_compares_with_current_on_labelled_rows(tmp_path, redis_url, unique
     assert reg.current_version() == v0
 
 
+def test_a_gate_error_rejects_the_registered_version(tmp_path, redis_url, unique, tiny_model_dir, capsys):
+    """Labelled gate data whose labels are {0, 2} makes the AUC-PR check raise: the run names the version, which is
+    rejected with the one-line reason (not left validating), and `kdsm models promote` of it needs --force."""
+    from offline_train.data import write_parquet
+
+    X, out = make_blobs(n=300, seed=9)
+    labelled = write_parquet(tmp_path / "lab02.parquet", np.vstack([X, out]), FEATURES,
+                             y=np.r_[np.zeros(len(X)), np.full(len(out), 2)].astype(int))
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique, gate_labelled_data=str(labelled),
+                                                  gate_max_alert_ratio=50.0))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    res = run_retrain(s, reg)
+    assert res.status == "rejected" and res.exit_code == 3 and res.version is not None, (res.status, res.reason)
+    assert res.reason.startswith("gate: gate error: ValueError: ") and "\n" not in res.reason
+    meta = reg.get(res.version)
+    assert meta["status"] == "rejected" and not meta["gate"]["passed"] and "gate error" in meta["gate"]["reason"]
+    assert reg.current_version() == v0
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"redis", "registry"}))))
+    assert kdsm_main(["models", "promote", "--config", str(cfg), res.version]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert kdsm_main(["models", "promote", "--config", str(cfg), res.version, "--force"]) == 0
+    assert reg.current_version() == res.version
+
+
 def test_models_add_promote_twice_keeps_previous(setup, tmp_path, capsys, second_model):
     """A repeated `models add --promote` (a re-run bootstrap job) must not make previous == current."""
     s, reg, v0 = setup

@@ -67,6 +67,10 @@ log = logging.getLogger("kdsm.registry")
 
 
 
+# What promote accepts without force: passed the gate, served before, or added by hand (`kdsm models add`).
+PROMOTABLE = ("validated", "promoted", "registered")
+
+
 class RegistryError(ValueError):
     """A registry operation that cannot be done (unknown version, no previous, refused artifact)."""
 
@@ -317,8 +321,9 @@ class ModelRegistry:
 
         Promoting the version that is already current changes nothing (the
         previous pointer stays what rollback goes back to). Refuses unknown,
-        missing, damaged (checksums, read without loading the model) or
-        gate-rejected versions: a streamer that starts would find no model to
+        missing, damaged (checksums, read without loading the model) or,
+        without ``force``, versions whose status is not in ``PROMOTABLE``
+        (gate-rejected, still validating): a streamer that starts would find no model to
         load in a damaged current one. With ``lock_token`` (the retrain
         lock's), the pointers move only if ``<p>retrain:lock`` still holds that
         token, checked in the same Lua step: else ``LockLost``, nothing moved.
@@ -331,10 +336,14 @@ class ModelRegistry:
         if meta is None:
             raise RegistryError(f"unknown model version {version!r} (see `kdsm models list`)")
         self._check_artifact(version, "not promoted")
-        if meta.get("status") == "rejected" and not force:
+        status = meta.get("status")
+        if status == "rejected" and not force:
             gate = meta.get("gate")
             why = gate.get("reason") if isinstance(gate, dict) else gate
             raise RegistryError(f"version {version} failed the validation gate ({why}); use --force to promote anyway")
+        if status not in PROMOTABLE and not force:  # e.g. validating: a retrain that died in its gate
+            raise RegistryError(f"version {version} has status {status!r}, it did not pass the validation gate; "
+                                "use --force to promote anyway")
         was = self.checked_current_version()  # not UTF-8: the script's reply would hold it, undecodable
         with self._state(lock=bool(lock_token)):
             res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],

@@ -346,7 +346,12 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
                                                      "parent": cur_version, "status": "validating"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    gate = validate(settings, registry.store.location(version), current, window["files"])
+    try:
+        gate = validate(settings, registry.store.location(version), current, window["files"])
+    except Exception as e:  # noqa: BLE001 - a gate that cannot judge the version rejects it (never left validating)
+        why = f"gate error: {type(e).__name__}: {e}".splitlines()[0]
+        log.error({"event": "retrain_gate_error", "version": version, "error": why})
+        gate = {"passed": False, "reason": why, "checks": {}}
     details["gate"] = gate
     registry.update(version, gate=gate, status="validated" if gate["passed"] else "rejected")
     if not gate["passed"]:
