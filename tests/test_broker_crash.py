@@ -175,6 +175,27 @@ def private_broker(tmp_path):
     svc.stop()
 
 
+def test_a_record_the_broker_never_answers_fails_within_the_delivery_timeout(private_broker, redis_url, unique):
+    """``make_producer`` bounds a record's life by ``kafka.delivery_timeout_s``: a record the checkpointer gives up
+    on has failed in the producer too, so the copy it sends is never written beside a still-queued original.
+    Before the fix the record stayed pending for kafka-python's own 120 s."""
+    s = make_settings(private_broker.url, redis_url, unique)
+    s.kafka.delivery_timeout_s = 2.0
+    create_topics(s)
+    producer = make_producer(s.kafka)
+    producer.send(s.kafka.alerts_topic, value=b"warm-up").get(10)
+    os.kill(private_broker.pid(), signal.SIGSTOP)
+    try:
+        future = producer.send(s.kafka.alerts_topic, value=b"never answered")
+        deadline = time.monotonic() + 2 * s.kafka.delivery_timeout_s + 1
+        while not future.is_done and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert future.is_done and future.failed(), "still pending in the producer after the delivery timeout"
+    finally:
+        os.kill(private_broker.pid(), signal.SIGCONT)
+        producer.close(timeout=1)
+
+
 @pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
 def test_a_broker_that_stops_answering_stops_the_streamer_in_bounded_time_and_the_restart_loses_nothing(
         tmp_path, private_broker, redis_url, unique, tiny_model_dir, delivery):

@@ -7,10 +7,12 @@ The real broker's side (a broker killed or hung mid-stream) is in ``test_broker_
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 from kafka.errors import CommitFailedError, KafkaTimeoutError
+from kafka.future import Future
 from kafka.structs import TopicPartition
 
 from streamer.pipeline.batch import ScoredBatch
@@ -100,3 +102,56 @@ def test_a_partition_whose_revocation_commit_was_refused_is_read_again_from_the_
     cp.took({TP: 0})
     cp.add(batch(0))
     assert sunk(cp.retire()) == list(range(5)) and cp.resume_at(TP, None) is None  # committed: the group's offset
+
+
+class StalledProducer:
+    """kafka-python's accumulator in small: sends queue until the broker answers again at ``back_at``, then every
+    queued record is written and acknowledged."""
+
+    def __init__(self, back_at: float):
+        self.back_at, self.queued, self.written = back_at, [], []
+
+    def send(self, topic, key=None, value=None, headers=None):
+        future = Future()
+        self.queued.append((value, future))
+        return future
+
+    def flush(self, timeout=None):
+        end = time.monotonic() + timeout
+        while time.monotonic() < min(end, self.back_at):
+            time.sleep(0.01)
+        if time.monotonic() < self.back_at:
+            raise KafkaTimeoutError("flush timed out")
+        for value, future in self.queued:
+            self.written.append(value)
+            future.success(None)
+        self.queued = []
+
+
+def test_a_send_still_queued_after_the_delivery_timeout_is_waited_for_not_copied():
+    """The broker answers 0.75 s after the sends, past two of the checkpointer's 0.3 s waits: the records still queued
+    are not taken for refused. Before the fix a copy of each was sent beside it and both were written (duplicates
+    from a live process)."""
+    producer = StalledProducer(back_at=time.monotonic() + 0.75)
+    consumer = Consumer()
+    cp = Checkpointer(consumer, producer, delivery_timeout_s=0.3)
+    b = batch(0)
+    cp.send(b, "alerts", b"a1", b"alert-1")
+    cp.send(b, "alerts", b"a2", b"alert-2")
+    cp.add(b)
+    assert sunk(cp.drain()) == list(range(5))
+    assert producer.written == [b"alert-1", b"alert-2"] and consumer.committed == [5]
+
+
+def test_a_send_the_producer_never_settles_stops_without_a_copy_or_a_commit():
+    """A producer that neither acknowledges nor fails a record within two waits breaks its own delivery timeout;
+    the checkpointer stops (``DeliveryError``) rather than copy a record that may still be written."""
+    producer = StalledProducer(back_at=time.monotonic() + 60)
+    consumer = Consumer()
+    cp = Checkpointer(consumer, producer, delivery_timeout_s=0.1)
+    b = batch(0)
+    cp.send(b, "alerts", b"a1", b"alert-1")
+    cp.add(b)
+    with pytest.raises(DeliveryError, match="neither acknowledged nor failed"):
+        cp.drain()
+    assert len(producer.queued) == 1 and consumer.committed == []

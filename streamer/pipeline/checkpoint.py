@@ -10,7 +10,10 @@ At-least-once (DESIGN 6) rests on this order for every batch:
    producer (one flush covers every batch in flight) and waits;
 3. a send the producer or broker refused (a failed future, or an error
    ``send`` raised at once, such as ``MessageSizeTooLargeError``) is re-sent
-   up to ``resend_attempts`` times; a message refused for what it is (a
+   up to ``resend_attempts`` times; a send not answered yet is waited for,
+   never copied (the producer fails it by itself after its
+   ``delivery_timeout_ms``, set to ``kafka.delivery_timeout_s``; a copy of a
+   record still queued would be written beside it); a message refused for what it is (a
    non-retriable error) or still refused after the retries is replaced by a
    small fallback record (``publish_fallback``; the message's short headers
    kept), so one message never holds up its partition; the batch is not
@@ -271,16 +274,33 @@ class Checkpointer:
         self.in_flight.clear()
         return ready
 
+    def _await_answers(self, sends: list[Send]) -> None:
+        """Wait until the producer has settled every send, acknowledged or failed.
+
+        A send still pending is never taken for refused: it is queued or awaiting the broker's answer, and a copy
+        sent now would be written beside it once the broker answers (duplicates from a live process). The producer
+        fails a record by itself after its ``delivery_timeout_ms`` (``make_producer``: ``kafka.delivery_timeout_s``),
+        counted from before the first wait; the second covers the moments its sender thread takes to say so.
+        """
+        for _ in range(2):
+            if all(s.future.is_done for s in sends):
+                return
+            self._flush()
+        pending = sum(not s.future.is_done for s in sends)
+        if pending:
+            raise DeliveryError(f"{pending} alert/dead-letter message(s) neither acknowledged nor failed by the "
+                                f"producer within 2 x {self.delivery_timeout_s:g} s (kafka.delivery_timeout_s); "
+                                "not re-sent, offsets not committed")
+
     def _ensure_acked(self, batch: InFlight) -> None:
         for attempt in range(self.resend_attempts + 2):
-            if any(not s.future.is_done for s in batch.sends):
-                self._flush()
+            self._await_answers(batch.sends)
             failed = [s for s in batch.sends if not s.ok()]
             if not failed:
                 return
             if self.metrics is not None:
                 self.metrics.delivery_errors.inc(len(failed))
-            err = next((s.future.exception for s in failed if s.future.is_done), None)
+            err = failed[0].future.exception
             log.warning({"event": "delivery_failed", "messages": len(failed), "attempt": attempt + 1, "error": repr(err)})
             if any(s.fallback for s in failed):
                 break  # even the small record was refused: the broker is not taking anything
@@ -296,7 +316,7 @@ class Checkpointer:
 
     def _fall_back(self, s: Send) -> Send:
         """The small record in place of a message the producer or broker will not take."""
-        error = repr(s.future.exception) if s.future.is_done else "not acknowledged in time"
+        error = repr(s.future.exception)
         value = fallback_record(s.value, error)
         if self.metrics is not None:
             self.metrics.fallbacks.labels(s.topic).inc()
@@ -537,5 +557,6 @@ class TransactionalCheckpointer(Checkpointer):
 
 
 def _retriable(s: Send) -> bool:
-    """A refusal that may pass on a retry (timeouts, leader moves), unlike one for what the message is (too large)."""
-    return not s.future.is_done or bool(getattr(s.future.exception, "retriable", False))
+    """A refusal that may pass on a retry (timeouts, leader moves), unlike one for what the message is (too large).
+    Asked of failed sends only: a pending one is waited for, never re-sent (``_await_answers``)."""
+    return bool(getattr(s.future.exception, "retriable", False))

@@ -58,9 +58,18 @@ def make_consumer(k, group_id: str | None = None, *, grouped: bool = True, **ext
 
 
 def make_producer(k, **extra) -> KafkaProducer:
-    """acks=all; batching by linger_ms/batch_size so one flush per micro-batch sends few requests."""
+    """acks=all; batching by linger_ms/batch_size so one flush per micro-batch sends few requests.
+
+    A record not delivered within ``kafka.delivery_timeout_s`` fails (``delivery_timeout_ms``; kafka-python's own
+    default, 120 s, outlasted the checkpointer's wait): what the checkpointer re-sends has failed for good, it is
+    not still queued to be written beside its copy. kafka-python requires delivery_timeout_ms >= linger_ms +
+    request_timeout_ms, hence the request timeout (30 s by default) within it.
+    """
+    delivery_ms = int(k.delivery_timeout_s * 1000)
     opts = {"acks": "all", "linger_ms": k.linger_ms, "batch_size": k.producer_batch_bytes,
-            "client_id": k.client_id, "retries": 5, "enable_idempotence": k.idempotent_producer, **client_kwargs(k)}
+            "client_id": k.client_id, "retries": 5, "enable_idempotence": k.idempotent_producer,
+            "delivery_timeout_ms": delivery_ms, "request_timeout_ms": max(1, min(30000, delivery_ms - k.linger_ms)),
+            **client_kwargs(k)}
     if extra.get("transactional_id"):
         opts["enable_idempotence"] = True  # transactions need it, whatever the at-least-once setting says
     opts.update(extra)
