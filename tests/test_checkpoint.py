@@ -155,3 +155,20 @@ def test_a_send_the_producer_never_settles_stops_without_a_copy_or_a_commit():
     with pytest.raises(DeliveryError, match="neither acknowledged nor failed"):
         cp.drain()
     assert len(producer.queued) == 1 and consumer.committed == []
+
+
+def test_a_successful_rebalance_commit_ends_a_run_of_failed_commits():
+    """Three unanswered commits, then the rebalance listener's commit succeeds: one more failure is one in a row,
+    not four. Before the fix ``drain_async`` left the count at 3 and that failure stopped the streamer."""
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer(), resend_attempts=3)
+    consumer.fail.extend(KafkaTimeoutError("not answered") for _ in range(3))
+    for first in (0, 5, 10):
+        cp.add(batch(first))
+        assert cp.retire() == []
+    assert sunk(asyncio.run(cp.drain_async())) == list(range(15)) and consumer.committed == [15]
+    consumer.fail.append(KafkaTimeoutError("not answered"))
+    cp.add(batch(15))
+    assert cp.retire() == []  # tried again with the next commit, no DeliveryError
+    cp.add(batch(20))
+    assert sunk(cp.retire()) == list(range(15, 25))

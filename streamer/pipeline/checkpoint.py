@@ -251,6 +251,7 @@ class Checkpointer:
                 await self.consumer.commit_async(offsets)
             except KafkaError as e:
                 return self._commit_failed(ready, e)
+            self._failed_in_a_row = 0
         return self._committed(ready)
 
     # ------------------------------------------------------------------ internals
@@ -346,7 +347,7 @@ class Checkpointer:
                 self.consumer.commit(offsets, timeout_ms=int(self.delivery_timeout_s * 1000))
             except KafkaError as e:
                 return self._commit_failed(batches, e, retry=not isinstance(e, _GROUP_MOVED_ON))
-        self._failed_in_a_row = 0
+            self._failed_in_a_row = 0  # "in a row": every successful commit ends the run (drain_async's too)
         return self._committed(batches)
 
     def _commit_failed(self, batches: list[InFlight], e: Exception, retry: bool = False) -> list[ScoredBatch]:
