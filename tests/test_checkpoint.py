@@ -172,3 +172,23 @@ def test_a_successful_rebalance_commit_ends_a_run_of_failed_commits():
     assert cp.retire() == []  # tried again with the next commit, no DeliveryError
     cp.add(batch(20))
     assert sunk(cp.retire()) == list(range(15, 25))
+
+
+def test_at_shutdown_a_failed_commit_is_tried_again_at_once():
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer(), resend_attempts=3)
+    consumer.fail.extend(KafkaTimeoutError("not answered") for _ in range(2))
+    cp.add(batch(0))
+    assert sunk(cp.drain_final()) == list(range(5)) and consumer.committed == [5]
+
+
+def test_at_shutdown_commits_that_keep_failing_raise_instead_of_a_quiet_stop():
+    """Before the fix the final drain's unanswered commit was left for "the next commit", which never came: the
+    streamer logged ``stopped`` and exited 0 with the batch uncommitted."""
+    consumer = Consumer()
+    cp = Checkpointer(consumer, Producer(), resend_attempts=2)
+    consumer.fail.extend(KafkaTimeoutError("not answered") for _ in range(3))
+    cp.add(batch(0))
+    with pytest.raises(DeliveryError, match="3 offset commits in a row failed .* a restart re-reads"):
+        cp.drain_final()
+    assert consumer.committed == []

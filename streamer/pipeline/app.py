@@ -282,7 +282,7 @@ class StreamApp:
                 self._publish_pending()
             except TransactionAborted:
                 pass  # not committed: the next owner of the partitions reads it again
-            self._after_commit(self.checkpoint.drain())
+            self._after_commit(self.checkpoint.drain_final())  # uncommitted at the end: DeliveryError, exit 1
         except Exception as e:
             stop = e if isinstance(e, DeliveryError) else e.__cause__ if isinstance(e.__cause__, DeliveryError) else None
             if stop is not None:  # a known stop (fenced, unanswered, unacknowledged): one clear line, no traceback

@@ -227,6 +227,17 @@ class Checkpointer:
         ready = self._take_all()
         return self._commit(ready)
 
+    def drain_final(self) -> list[ScoredBatch]:
+        """Shutdown: ``drain``; a commit that fails is tried again at once, as there is no next commit to take it
+        (step 4: ``resend_attempts`` + 1 failures in a row raise ``DeliveryError``, so the streamer exits 1 rather
+        than log ``stopped`` with batches uncommitted; a restart re-reads them)."""
+        done = self.drain()
+        while self.acked:
+            time.sleep(min(2.0, 0.2 * 2 ** (self._failed_in_a_row - 1)))
+            ready, self.acked = self.acked, []
+            done += self._commit(ready)
+        return done
+
     def settle(self) -> list[ScoredBatch]:
         """Backpressure: flush the producer and wait for the acks in flight. Without a commit interval that is
         ``drain``; with one, the acknowledged batches wait for the interval as ``retire`` has them, and only
@@ -365,8 +376,8 @@ class Checkpointer:
         # and a later commit would cover their offsets without the sinks (the archive) ever seeing them.
         self._failed_in_a_row += 1
         if self._failed_in_a_row > self.resend_attempts:
-            raise DeliveryError(f"{self._failed_in_a_row} offset commits in a row failed (last: {e!r}); "
-                                "offsets not committed")
+            raise DeliveryError(f"{self._failed_in_a_row} offset commits in a row failed (last: {e!r}); offsets of "
+                                f"{len(batches)} batch(es) not committed: a restart re-reads their events, none is lost")
         self.acked[:0] = batches  # the oldest first: committed with the next commit, then handed to the sinks
         log.warning({"event": "commit_failed", "batches": len(batches), "error": repr(e),
                      "attempt": self._failed_in_a_row, "effect": "tried again with the next commit"})
