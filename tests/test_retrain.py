@@ -189,6 +189,38 @@ def test_requests_are_served_by_the_watcher(setup, redis_url):
     blocking.close()
 
 
+def test_requests_met_by_another_retrains_lock_are_served_once_it_is_free(setup, redis_url):
+    """A scheduled `kdsm retrain` holds the lock when the watcher's run starts: the fresh request stays pending (not
+    acknowledged and lost), the watcher does not spin on the lock, and it runs the request once the lock is free."""
+    import redis
+
+    s, reg, v0 = setup
+    s.retrain.request_delay_s, s.retrain.watch_block_s = 0.0, 0.3
+    write_archive(Path(s.archive.dir), shifted(2000, 8))
+    reg.r.set(reg.keys.lock, "cron-run-token", px=60_000)  # the cron run started before the drift request
+    rid = request_retrain(reg, "drift")
+    blocking = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        stop = threading.Event()
+        threading.Timer(2.0, stop.set).start()
+        results = watch(s, reg, blocking, stop=stop, consumer="w1")
+        assert [r.status for r in results] == ["locked"]  # one try in 2 s while the lock is held: no busy loop
+        assert _pending_with(reg) == [(rid, "w1")]
+        reg.r.delete(reg.keys.lock)  # the cron run finishes
+        stop = threading.Event()
+        timer = threading.Timer(150, stop.set)
+        timer.start()
+        try:
+            results = watch(s, reg, blocking, stop=stop, max_runs=1, consumer="w1")
+        finally:
+            timer.cancel()
+    finally:
+        blocking.close()
+    assert [r.status for r in results] == ["promoted"], [r.reason for r in results]
+    assert results[0].details["trigger"] == "request:drift"
+    assert _pending_with(reg) == [] and reg.current_version() == results[0].version != v0
+
+
 @pytest.mark.parametrize("runs", ["0", "-1", "x"])
 def test_retrain_refuses_a_max_runs_that_cannot_run(runs, capsys):
     """`kdsm retrain --watch --max-runs 0` printed [] and exited 0 without serving a request."""

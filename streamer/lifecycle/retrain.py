@@ -379,9 +379,10 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
 def stale_after_s(rc) -> float:
     """How long a request may stay pending with one watcher before another claims it: ``request_delay_s + lock_ttl_s``.
 
-    A live watcher holds a request at most ``request_delay_s`` before its run takes the lock (or finds it taken and
-    acknowledges); from then on the run holds the lock and acknowledges before releasing it. So a request pending
-    longer than the delay, with a margin of one lock TTL, while the lock is free, belongs to a watcher that died.
+    A live watcher holds a request at most ``request_delay_s`` before its run takes the lock (or finds it taken, and
+    reads it again as soon as the lock is free); from then on the run holds the lock and acknowledges before releasing
+    it. So a request pending longer than the delay, with a margin of one lock TTL, while the lock is free, belongs to
+    a watcher that died.
 
     >>> from streamer.lifecycle.config import RetrainConfig
     >>> stale_after_s(RetrainConfig())
@@ -439,8 +440,9 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     default the host name), and before each read of new requests the watcher
     takes what is left pending (``_pending``): its own (a restarted watcher's)
     and, once pending longer than ``stale_after_s``, any other watcher's. A
-    run's requests are acknowledged before it releases the lock; recovered
-    requests whose run finds the lock taken stay pending and are tried again.
+    run's requests are acknowledged before it releases the lock; requests
+    (fresh or recovered) whose run finds the lock taken by another retrain stay
+    pending and are run once the lock is free.
 
     A request key of another Redis type (written by hand) is a ``RegistryError`` naming it, not a traceback.
     """
@@ -496,12 +498,14 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
             res = run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics,
                               on_finish=lambda _res, ids=ids: blocking_client.xack(stream, WATCH_GROUP, *ids))
             results.append(res)
-            if res.status == "locked" and recovered:
-                # Maybe the run that died with them still holds the lock: they stay pending, tried when it is free.
-                log.info({"event": "retrain_recovered_requests_deferred", "requests": len(ids)})
+            if res.status == "locked":
+                # Another retrain (cron, or the run that died with recovered ones) holds the lock: its window may
+                # predate these requests, so they stay pending (unacknowledged) and run once it is free; _pending
+                # reads nothing while it is held, and the pause keeps a lock taken between look and run from spinning.
+                log.info({"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered})
+                stop.wait(settings.retrain.watch_block_s)
                 continue
-            if res.status != "locked":
-                last_start_ms = start_ms
+            last_start_ms = start_ms
         try:
             blocking_client.xack(stream, WATCH_GROUP, *ids)  # again after a run: a no-op unless on_finish failed
         except RedisConnectionError as e:  # they stay pending with this consumer: read again at the next loop
