@@ -217,3 +217,29 @@ def test_promote_expecting_a_current_moves_only_if_it_is_still_current(registry,
         registry.promote(v2, expect_current=None)
     assert registry.pointers() == {"current": v1, "previous": None} and len(registry.history()) == 1
     assert registry.promote(v2, expect_current=v1) == (v1, v2)
+
+
+@pytest.mark.parametrize("damage", ["weights", "manifest", "gone"])
+def test_adding_a_registered_version_again_repairs_its_damaged_store_copy(registry, tiny_model_dir, damage):
+    """The documented repair of a damaged store artifact (`kdsm models add --model DIR`) publishes it again, and says
+    so; its metadata and status are kept. A whole copy is left alone."""
+    v = registry.add(tiny_model_dir)
+    registry.promote(v)
+    assert registry.add_artifact(tiny_model_dir) == (v, None)
+    stored = registry.store.location(v)
+    if damage == "weights":
+        w = stored / "weights.safetensors"
+        data = bytearray(w.read_bytes())
+        data[-1] ^= 0xFF
+        w.write_bytes(bytes(data))
+    elif damage == "manifest":
+        (stored / "metadata.json").unlink()
+    else:
+        shutil.rmtree(stored)
+    with pytest.raises(RegistryError, match="damaged|no artifact"):
+        registry._check_artifact(v, "x")  # what promote and rollback check
+    version, repaired = registry.add_artifact(tiny_model_dir)
+    assert version == v and repaired and ("damaged" in repaired or "no artifact" in repaired), repaired
+    registry._check_artifact(v, "x")  # whole again
+    assert registry.get(v)["status"] == "promoted"
+    assert registry.add_artifact(tiny_model_dir) == (v, None)

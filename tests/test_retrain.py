@@ -331,6 +331,24 @@ def test_models_add_promote_twice_keeps_previous(setup, tmp_path, capsys, second
     assert json.loads(capsys.readouterr().out) == {"rolled_back": v1, "current": v0}
 
 
+def test_models_add_repairs_a_damaged_store_copy(setup, tmp_path, capsys, tiny_model_dir):
+    """operations.md's repair for `version V is damaged in the store`: `kdsm models add --model DIR` from the source."""
+    s, reg, v0 = setup
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"redis", "registry"}))))
+    w = reg.store.location(v0) / "weights.safetensors"
+    w.write_bytes(w.read_bytes()[:-8])  # truncated in the store
+    assert kdsm_main(["models", "promote", "--config", str(cfg), v0]) == 2
+    assert "damaged in the store" in capsys.readouterr().err
+    assert kdsm_main(["models", "add", "--config", str(cfg), "--model", str(tiny_model_dir)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["added"] == v0 and "damaged in the store" in out["repaired"], out
+    assert kdsm_main(["models", "promote", "--config", str(cfg), v0]) == 0  # whole again
+    capsys.readouterr()
+    assert kdsm_main(["models", "add", "--config", str(cfg), "--model", str(tiny_model_dir)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"added": v0}  # a whole copy is left alone
+
+
 def test_lock_lost_before_the_promote_step_registers_but_does_not_promote(tmp_path, redis_url, unique, tiny_model_dir,
                                                                           monkeypatch):
     """The lock key is taken over after the gate and before the promotion; the renewal thread has not looked yet

@@ -185,27 +185,40 @@ class ModelRegistry:
 
     # ------------------------------------------------------------ versions
     def add(self, model_dir: str | os.PathLike, meta: dict | None = None) -> str:
-        """Copy an artifact into the store and register it; returns its version (from its metadata).
+        """Copy an artifact into the store and register it; returns its version (from its metadata)."""
+        return self.add_artifact(model_dir, meta)[0]
+
+    def add_artifact(self, model_dir: str | os.PathLike, meta: dict | None = None) -> tuple[str, str | None]:
+        """``add``, returning (version, repaired): ``repaired`` says why the stored copy was published again, else None.
 
         Adding a version that is already registered keeps its metadata and
         status (a second ``models add`` of the serving model must not mark it
-        "registered" again); only a missing artifact is copied back.
+        "registered" again); its stored copy is checked (checksums, as promote
+        does) and published again from ``model_dir`` if missing or damaged:
+        the documented repair of a damaged store artifact.
         """
         from offline_train.detector import KDSM
 
         det = KDSM.load(model_dir, device="cpu")  # refuses a corrupt artifact before it enters the store
         version = det.version_
         if self.get(version) is not None:
-            if not self.store.exists(version):
-                self.store.put(version, model_dir)
-            return version
+            try:
+                self._check_artifact(version, f"published again from {model_dir}")
+                return version, None
+            except RegistryError as e:
+                repaired = str(e)
+            if self.store.exists(version):  # a local directory without its manifest is no artifact put may replace
+                self.store.delete(version)
+            self.store.put(version, model_dir)
+            log.warning({"event": "registry_artifact_repaired", "version": version, "was": repaired})
+            return version, repaired
         self.store.put(version, model_dir)
         base = {"version": version, "created": det.metadata_.get("created", _now_iso()), "registered": _now_iso(),
                 "features": det.feature_names_, "schema_hash": det.schema_hash_, "thresholds": det.thresholds_,
                 "train_summary": {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"},
                 "data_summary": det.data_summary_, "status": "registered"}
         self.register(version, {**base, **(meta or {})})
-        return version
+        return version, None
 
     def register(self, version: str, meta: dict) -> None:
         created = time.time()

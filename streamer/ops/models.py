@@ -114,8 +114,8 @@ def _models(a, settings_cls) -> int:
             raise RegistryError(f"unknown model version {a.version!r}")
         _print({**meta, "pointers": reg.pointers(), "artifact": str(reg.store.location(a.version))})
     elif a.action == "add":
-        v = reg.add(a.model, meta={"trigger": "manual add"})
-        out = {"added": v}
+        v, repaired = reg.add_artifact(a.model, meta={"trigger": "manual add"})
+        out = {"added": v} | ({"repaired": repaired} if repaired else {})
         if a.promote:
             was = reg.current_version()
             out["previous"], out["current"] = reg.promote(v, reason="manual add")
