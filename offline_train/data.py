@@ -45,6 +45,10 @@ class DataError(ValueError):
     """Input data that cannot be used; the message says what and where."""
 
 
+class LabelError(DataError):
+    """A label column that is not numbers 0 and 1: the report's metrics are left out, training is not refused."""
+
+
 def unreadable(e: Exception) -> DataError:
     """A Parquet file that cannot be read, in one line (Arrow's thrift errors span two).
 
@@ -268,12 +272,14 @@ class ParquetSource:
         return parts
 
     def batches(self, with_labels: bool = False, part: Partition | None = None,
-                keep_rows: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-        """Yield (X, y) batches of finite rows; counts skipped rows on each full pass.
+                keep_rows: Callable[[int, int], np.ndarray] | None = None,
+                count: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """Yield (X, y) batches of finite rows (y as float64); counts skipped rows on each full pass.
 
         ``part``: only that partition's rows. ``keep_rows(offset, n)``: a mask of the rows to
         yield among the batch's ``n`` rows, which are rows ``offset..offset+n-1`` of the whole
         dataset in stored order, skipped ones included (rows it drops are not "skipped").
+        ``count`` False: a pass that neither records the counts nor enforces max_skipped_fraction.
         """
         enc = self.encoder
         inputs = self._inputs if enc is not None else list(self.features)
@@ -304,9 +310,11 @@ class ParquetSource:
                 if keep_rows is not None:
                     ok &= keep_rows(offset, rb.num_rows)
                 offset += rb.num_rows
-                yield X[ok], (None if y is None else y[ok].astype(np.int64))
+                yield X[ok], (None if y is None else y[ok])
         except (pa.ArrowInvalid, OSError) as e:
             raise unreadable(e) from None
+        if not count:
+            return
         if part is None:
             self.count_rows(read, skipped)
         else:
@@ -326,7 +334,33 @@ class ParquetSource:
         if len(X) == 0:
             raise DataError(f"no usable rows in {self.path}: {self.rows_read} read, "
                             f"{self.rows_skipped} with missing or non-finite features")
-        return X, y
+        return X, (None if y is None else y.astype(np.int64))
+
+    def labelled(self, max_rows: int | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+        """(X, y, n): the rows with usable features and a label (a seeded sample of at most ``max_rows``), their
+        labels, and how many rows had both. For the report only: a pass of its own, which neither records row counts
+        nor enforces max_skipped_fraction (a row without a label is not a skipped row). ``LabelError`` when the
+        labels are not numbers 0 and 1."""
+        t = self._ds.schema.field(self.label_column).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_decimal(t) or pa.types.is_null(t)):
+            raise LabelError(f"label column {self.label_column} holds {t}, not numbers 0 and 1")
+        n = 0
+
+        def counted():
+            nonlocal n
+            for X, y in self.batches(with_labels=True, count=False):
+                n += len(X)
+                yield X, y
+
+        X, y = bounded_sample(counted(), max_rows, seed)
+        if y is None:  # no batch at all
+            return np.zeros((0, len(self.features))), np.zeros(0), 0
+        other = np.unique(y[(y != 0) & (y != 1)])
+        if len(other):
+            raise LabelError(f"label column {self.label_column} holds values other than 0 and 1 "
+                             f"({', '.join(f'{v:g}' for v in other[:5])}{', ...' if len(other) > 5 else ''})")
+        return X, y, n
 
 
 def bounded_sample(batches, max_rows: int | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:

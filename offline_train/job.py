@@ -18,7 +18,15 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 from . import storage
 from .artifact import METADATA, ArtifactError, check_replaceable, publish_artifact
 from .config import TrainSettings
-from .data import DataError, ParquetSource, _dataset, resolve_paths, spec_columns, unreadable
+from .data import (
+    DataError,
+    LabelError,
+    ParquetSource,
+    _dataset,
+    resolve_paths,
+    spec_columns,
+    unreadable,
+)
 from .detector import KDSM
 from .engine import make_engine
 from .report import write_report
@@ -30,6 +38,25 @@ def label_metrics(y: np.ndarray, scores: np.ndarray) -> dict | None:
         return None
     return {"auc_pr": float(average_precision_score(y, scores)), "auc_roc": float(roc_auc_score(y, scores)),
             "n": int(len(y)), "anomalies": int(y.sum())}
+
+
+def report_labels(source: ParquetSource, det: KDSM, dc, seed: int, log=print) -> dict | None:
+    """The report's label metrics, read only now, after training: labels the report cannot use (not 0/1, none
+    present) are one line and no metrics, never a failed job. The rows are the training data's (in-sample), a
+    seeded sample of data.max_train_rows where there are more."""
+    try:
+        X, y, n = source.labelled(dc.max_train_rows, seed)
+    except LabelError as e:
+        log(f"labels: {e}; the report has no label metrics")
+        return None
+    m = label_metrics(y, det.decision_function(X)) if len(y) else None
+    if m is None:
+        log(f"labels ({dc.label_column}): {len(y)} labelled row(s) of a single class or none; the report has no label metrics")
+        return None
+    sample = f"; a seeded sample of {m['n']} of {n}, data.max_train_rows" if m["n"] < n else ""
+    log(f"labels ({dc.label_column}, never used for training): AUC-PR {m['auc_pr']:.3f}, AUC-ROC {m['auc_roc']:.3f} "
+        f"on {m['n']} labelled rows, in-sample (the training data's rows{sample})")
+    return m
 
 
 def check_output(out, force: bool = False) -> Path:
@@ -108,12 +135,7 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
                "thresholds": det.thresholds_, "calibration_source": det.calibration_source_,
                "train": {k: v for k, v in ts.to_dict().items() if k != "loss_curve"}}
     if source.has_labels:
-        # Labels are read only now, after training, and only for the report.
-        X, y = source.load()
-        summary["labels"] = label_metrics(y, det.decision_function(X))
-        if summary["labels"]:
-            log(f"labels ({dc.label_column}, never used for training): AUC-PR {summary['labels']['auc_pr']:.3f}, "
-                f"AUC-ROC {summary['labels']['auc_roc']:.3f} on {summary['labels']['n']} rows")
+        summary["labels"] = report_labels(source, det, dc, settings.train.seed, log)
     extra = {"label_metrics": summary.get("labels"), "data_summary": summary["data"]}
     if storage.is_remote(out):  # written whole locally, then uploaded with metadata.json (the manifest) last
         with tempfile.TemporaryDirectory(prefix="kdsm-train-") as tmp:

@@ -88,6 +88,29 @@ def test_skipped_rows_are_reported_and_bounded(tmp_path, tiny_config, capsys, mo
     assert json.loads(cap.out.strip().splitlines()[-1])["rows_skipped"] == 150
 
 
+@pytest.mark.parametrize("labels, line", [
+    ([None, 0] * 100, "AUC-PR"),  # half the rows unlabelled: not "skipped" rows, just left out of the metrics
+    (["a", "b"] * 100, "label column label holds string, not numbers 0 and 1"),
+    ([0, 1, 2, 0] * 50, "label column label holds values other than 0 and 1 (2)"),
+])
+def test_labels_the_report_cannot_use_never_fail_training(tmp_path, capsys, monkeypatch, labels, line):
+    X, _ = make_blobs(n=200, d=3, seed=6)
+    if line == "AUC-PR":
+        labels = [None if lab is None else int(i % 20 == 1) for i, lab in enumerate(labels)]
+    pq.write_table(pa.table({**{f"f{j}": X[:, j] for j in range(3)}, "label": labels}), tmp_path / "l.parquet")
+    monkeypatch.setenv("KDSM_DATA__MAX_TRAIN_ROWS", "60")
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(tmp_path / "l.parquet"), "--out", str(out), "--steps", "5", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert line in printed and (out / "weights.safetensors").exists()
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert report["data"]["rows_skipped"] == 0
+    if line == "AUC-PR":  # the 100 labelled rows, sampled down to data.max_train_rows, and said to be in-sample
+        assert report["labels"]["n"] == 60 and "in-sample" in printed and "a seeded sample of 60 of 100" in printed
+    else:
+        assert report["labels"] is None
+
+
 def test_directory_and_glob_inputs(small_parquet, tiny_config, tmp_path):
     for spec in (str(small_parquet.parent), str(small_parquet.parent / "*.parquet")):
         assert main(["train", "--data", spec, "--out", str(tmp_path / "m"), "--config", str(tiny_config),
