@@ -59,3 +59,41 @@ def test_connect_turns_a_url_redis_py_refuses_into_one_config_error():
     with pytest.raises(ConfigError, match=r"^redis\.url cannot be used: Invalid value for 'socket_timeout'") as e:
         connect("redis://:pw-77aa@127.0.0.1:6379/0?socket_timeout=abc")
     assert "pw-77aa" not in str(e.value)
+
+
+def _one_line(capsys, argv: list[str]) -> str:
+    from streamer.ops.cli import main
+
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("how", ["db-index", "acl-noperm"])
+def test_redis_error_replies_are_one_line_naming_the_url_and_prefix(how, redis_url, redis_client, unique, tmp_path,
+                                                                   tiny_model_dir, capsys):
+    """A DB index the server lacks, or an ACL user not allowed the key prefix: Redis answers with an error reply, which
+    `kdsm models list`, `thresholds show` and `retrain --request` print as one line (exit 2), password masked."""
+    import yaml
+
+    host_port = redis_url.split("//", 1)[1].rsplit("/", 1)[0]
+    user = f"u{unique}"
+    if how == "db-index":
+        url = f"redis://{host_port}/99"
+    else:  # allowed only keys under another prefix
+        redis_client.execute_command("ACL", "SETUSER", user, "on", ">pw-acl-9f1e", "~elsewhere:*", "&*", "+@all")
+        url = f"redis://{user}:pw-acl-9f1e@{host_port}/0"
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"redis": {"url": url, "key_prefix": f"t{unique}:"},
+                                   "registry": {"store_dir": str(tmp_path / "store")}}))
+    try:
+        for argv in (["models", "list"], ["thresholds", "show", "--model", str(tiny_model_dir)],
+                     ["retrain", "--request"]):
+            err = _one_line(capsys, [*argv, "--config", str(cfg)])
+            assert "refused the command" in err and "redis.url" in err and f"redis.key_prefix 't{unique}:'" in err, err
+            assert "pw-acl-9f1e" not in err
+            assert ("DB index" in err) if how == "db-index" else ("NoPermissionError" in err), err
+    finally:
+        if how == "acl-noperm":
+            redis_client.execute_command("ACL", "DELUSER", user)

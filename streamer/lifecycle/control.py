@@ -42,7 +42,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 MASK = "***"
 
@@ -112,18 +112,31 @@ class Keys:
         return self._k("thresholds:changed")
 
 
+# Query parameters that carry credentials: redis-py reads ``redis://host:6379/0?password=...`` (and ``username``).
+SECRET_QUERY = ("password", "username")
+
+
 def mask_url(value: str) -> str:
-    """Replace the password of a ``scheme://user:password@host`` URL with ``***``."""
+    """Replace the password of a ``scheme://user:password@host`` URL, and ``password`` / ``username`` query
+    parameters, with ``***``; the other parameters stay as written.
+
+    >>> mask_url("redis://h:6379/0?password=secret&ssl_ca_certs=/ca.pem")
+    'redis://h:6379/0?password=***&ssl_ca_certs=/ca.pem'
+    """
     try:
         parts = urlsplit(value)
-        if not parts.scheme or parts.password is None:
+        if not parts.scheme:
             return value
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
     except ValueError:
         return value
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:{MASK}@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    query = "&".join(f"{p.split('=', 1)[0]}={MASK}" if unquote_plus(p.split("=", 1)[0]).lower() in SECRET_QUERY else p
+                     for p in parts.query.split("&")) if parts.query else parts.query
+    if netloc == parts.netloc and query == parts.query:
+        return value
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def connect(url: str, password: str | None = None, *, timeout_s: float | None = 0.5, connect_timeout_s: float = 3.0,
@@ -160,15 +173,46 @@ class RedisUnavailable(ConnectionError):
     """Redis at ``redis.url`` did not answer within ``redis.connect_timeout_s``."""
 
 
-def require(client, redis_cfg):
-    """``client`` after one PING; an unreachable Redis raises ``RedisUnavailable`` naming the (masked) address."""
+class RedisRefused(RuntimeError):
+    """Redis answered with an error reply: a DB index it does not have, an ACL user without access to the key prefix
+    (NOPERM), LOADING, MISCONF (writes refused)."""
+
+
+@contextmanager
+def redis_replies(redis_cfg):
+    """Within: an error reply of Redis is a ``RedisRefused`` naming ``redis.url`` (masked) and ``redis.key_prefix``
+    (one line, exit 2 in ``kdsm``), not redis-py's traceback. A connection lost mid-command is left to the caller."""
     import redis
 
     try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
-        raise RedisUnavailable(f"Redis at {mask_url(redis_cfg.url)} is unreachable within {redis_cfg.connect_timeout_s:g} s "
-                               f"(redis.url, redis.connect_timeout_s): {e}") from None
+        yield
+    except redis.BusyLoadingError as e:  # LOADING is a ConnectionError to redis-py, but a reply: the server is there
+        raise _refused(redis_cfg, e) from None
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise
+    except redis.RedisError as e:
+        raise _refused(redis_cfg, e) from None
+
+
+def _refused(redis_cfg, e: Exception) -> RedisRefused:
+    return RedisRefused(f"Redis at {mask_url(redis_cfg.url)} refused the command: {type(e).__name__}: {e} (redis.url: "
+                        f"its DB index, user and password; redis.key_prefix {redis_cfg.key_prefix!r}: the user's ACL "
+                        "must allow its keys)")
+
+
+def require(client, redis_cfg):
+    """``client`` after one PING; an unreachable Redis raises ``RedisUnavailable`` naming the (masked) address, an
+    error reply (``SELECT`` of a DB index the server lacks, a PING the ACL refuses) ``RedisRefused``."""
+    import redis
+
+    with redis_replies(redis_cfg):
+        try:
+            client.ping()
+        except redis.BusyLoadingError:
+            raise
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+            raise RedisUnavailable(f"Redis at {mask_url(redis_cfg.url)} is unreachable within "
+                                   f"{redis_cfg.connect_timeout_s:g} s (redis.url, redis.connect_timeout_s): {e}") from None
     return client
 
 

@@ -47,14 +47,14 @@ def user_errors() -> tuple[type[Exception], ...]:
     from offline_train.data import DataError
     from offline_train.engine import EngineUnavailable
     from offline_train.storage import StorageError
-    from streamer.lifecycle.control import RedisUnavailable
+    from streamer.lifecycle.control import RedisRefused, RedisUnavailable
     from streamer.lifecycle.registry import RegistryError
     from streamer.lifecycle.thresholds import ThresholdError
 
     # The path errors name the path (KDSM_ARCHIVE__DIR under a regular file: "Not a directory: 'afile/arch'").
     errors = (ConfigError, DataError, ArtifactError, FileNotFoundError, PermissionError, NotADirectoryError,
-              IsADirectoryError, FileExistsError, ThresholdError, RegistryError, RedisUnavailable, EngineUnavailable,
-              StorageError)
+              IsADirectoryError, FileExistsError, ThresholdError, RegistryError, RedisUnavailable, RedisRefused,
+              EngineUnavailable, StorageError)
     model = sys.modules.get("offline_train.model")  # loaded by any command that resolves a torch device
     if model is not None:
         errors += (model.DeviceError,)

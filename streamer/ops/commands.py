@@ -130,18 +130,20 @@ def _replay(a, settings_cls) -> int:
 
 
 def _thresholds(a, settings_cls) -> int:
+    from streamer.lifecycle.control import redis_replies
     from streamer.lifecycle.thresholds import ArtifactCalibration, ThresholdOps
     from streamer.pipeline.logs import setup_logging
 
     setup_logging("WARNING")  # a record in Redis that is ignored is a JSON log line, as the streamer writes it
     s = _settings(a, settings_cls)
-    ops = ThresholdOps.from_settings(s, ArtifactCalibration.read(_model_path(a, s)))
-    if a.action == "show":
-        out = ops.show()
-    elif a.action == "set":
-        out = ops.set(a.severity, quantile=a.quantile, score=a.score, by=a.by)
-    else:
-        out = ops.reset(a.severity, by=a.by)
+    with redis_replies(s.redis):  # an error reply (bad DB index, NOPERM on the prefix, MISCONF): one line, exit 2
+        ops = ThresholdOps.from_settings(s, ArtifactCalibration.read(_model_path(a, s)))
+        if a.action == "show":
+            out = ops.show()
+        elif a.action == "set":
+            out = ops.set(a.severity, quantile=a.quantile, score=a.score, by=a.by)
+        else:
+            out = ops.reset(a.severity, by=a.by)
     json.dump(out, sys.stdout, indent=2)
     print()
     return 0

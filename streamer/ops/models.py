@@ -73,11 +73,18 @@ def _print(obj) -> None:
 
 
 def _retrain(a, settings_cls) -> int:
+    from streamer.lifecycle.control import redis_replies
+
+    s = load_settings(settings_cls, a.config)
+    with redis_replies(s.redis):  # an error reply (bad DB index, NOPERM on the prefix, MISCONF): one line, exit 2
+        return _retrain_with(a, s)
+
+
+def _retrain_with(a, s) -> int:
     from streamer.lifecycle.control import redis_client
     from streamer.lifecycle.requests import request_retrain
     from streamer.pipeline.logs import setup_logging
 
-    s = load_settings(settings_cls, a.config)
     reg = _registry(s)
     if a.request:
         _print({"requested": request_retrain(reg, a.reason or "manual"), "stream": reg.keys.requests})
@@ -96,10 +103,16 @@ def _retrain(a, settings_cls) -> int:
 
 
 def _models(a, settings_cls) -> int:
+    from streamer.lifecycle.control import redis_replies
     from streamer.pipeline.logs import setup_logging
 
     setup_logging("WARNING")  # an unreadable registry entry that `list` skips is a JSON log line
     s = load_settings(settings_cls, a.config)
+    with redis_replies(s.redis):
+        return _models_with(a, s)
+
+
+def _models_with(a, s) -> int:
     reg = _registry(s)
     if a.action == "list":
         _print([{k: m.get(k) for k in ("version", "created", "status", "current", "previous", "trigger")}
