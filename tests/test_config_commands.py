@@ -161,3 +161,20 @@ def test_a_bootstrap_kafka_python_cannot_read_is_a_config_error(bootstrap, monke
     err = capsys.readouterr().err
     assert err.startswith("kdsm replay: error: invalid configuration") and "kafka.bootstrap" in err
     assert "Traceback" not in err
+
+
+def test_a_password_in_the_redis_url_query_is_masked(monkeypatch, capsys):
+    """redis-py reads `redis://h:6379/0?password=...` (and `username`): `config show` and the unreachable-Redis line
+    mask them as they mask the `user:password@` form; the other query parameters stay as written."""
+    from streamer.dev.local_services import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0?username=ops-4e2a&password={SECRETS[2]}&socket_keepalive=true"
+    monkeypatch.setenv("KDSM_REDIS__URL", url)
+    monkeypatch.setenv("KDSM_REDIS__CONNECT_TIMEOUT_S", "0.5")
+    assert main(["config", "show", "--section", "redis"]) == 0
+    out = capsys.readouterr().out
+    assert SECRETS[2] not in out and "ops-4e2a" not in out
+    assert yaml.safe_load(out)["redis"]["url"].endswith("/0?username=***&password=***&socket_keepalive=true")
+    assert main(["models", "list"]) == 2
+    err = capsys.readouterr().err
+    assert "is unreachable" in err and "password=***" in err and SECRETS[2] not in err and "ops-4e2a" not in err, err
