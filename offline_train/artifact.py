@@ -138,6 +138,12 @@ def atomic_directory(path: str | os.PathLike):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it: set and put back
+    os.umask(mask)
+    return mask
+
+
 def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path | str:
     """Write the artifact directory atomically (a local path, or a URI: upload with the manifest last)."""
     if storage.is_remote(path):
@@ -148,6 +154,8 @@ def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], me
 
     with atomic_directory(path) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+        # safetensors writes 0600 whatever the umask: the umask's mode, as for the directory (atomic_directory)
+        os.chmod(tmp / WEIGHTS, 0o666 & ~_umask())
         meta = {**meta, "format": FORMAT}
         meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
         (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))

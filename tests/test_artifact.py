@@ -1,6 +1,7 @@
 """Artifact round trip, tamper detection, schema checks, and loading onto CPU."""
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -103,11 +104,20 @@ def test_save_refuses_to_replace_what_is_not_an_artifact(tiny_model_dir, tmp_pat
     assert KDSM.load(det.save(tmp_path / "empty")).version_ == det.version_
 
 
-def test_a_saved_artifact_is_as_readable_as_a_directory_made_here(tiny_model_dir, tmp_path):
-    """The umask's mode, not mkdtemp's 0700: a streamer running as another user must be able to read the model."""
-    (tmp_path / "plain").mkdir()
-    saved = KDSM.load(tiny_model_dir).save(tmp_path / "m")
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_a_saved_artifact_is_as_readable_as_a_directory_made_here(tiny_model_dir, tmp_path, umask):
+    """The umask's mode, not mkdtemp's 0700 nor safetensors' 0600 for the weights: a streamer running as another
+    user must be able to read the model."""
+    old = os.umask(umask)
+    try:
+        (tmp_path / "plain").mkdir()
+        (tmp_path / "plain.txt").write_text("")
+        saved = KDSM.load(tiny_model_dir).save(tmp_path / "m")
+    finally:
+        os.umask(old)
     assert (saved.stat().st_mode & 0o777) == ((tmp_path / "plain").stat().st_mode & 0o777)
+    for name in (WEIGHTS, METADATA):
+        assert (saved / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "rename-aside"])
