@@ -110,8 +110,11 @@ def train_score_net(X: np.ndarray, sigmas: np.ndarray, net: ScoreNet, *, steps: 
             cursor = n  # past the end: reshuffle the new rows below
         if cursor >= n:  # new epoch: reshuffle, like a DataLoader with shuffle=True
             perm, cursor = active[torch.randperm(n, generator=gen)], 0
-        idx = perm[cursor:cursor + batch_size].to(device)
-        cursor += batch_size
+        end = cursor + batch_size
+        if copies == 1 and n - end == 1:  # the epoch's last batch would be 1 row, which BatchNorm cannot train on:
+            end += 1                      # this one takes it (more copies repeat every row, so theirs never is)
+        idx = perm[cursor:end].to(device)
+        cursor = end
         xb = data[idx]
         if teacher is not None:
             with torch.no_grad(), autocast():

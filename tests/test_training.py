@@ -109,6 +109,18 @@ def test_training_is_reproducible_with_a_seed():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("ema", [False, True])
+def test_one_noise_copy_never_trains_on_a_one_row_batch(ema):
+    """129 rows in batches of 32 leave 1 row at each epoch's end: BatchNorm cannot train on it, so the batch before
+    takes it (train.noise_copies 1; more copies repeat every row, and their batches are as before)."""
+    X = np.random.default_rng(0).normal(size=(129, 4))
+    sizes = []
+    net = ScoreNet(4, width=16, depth=1)
+    net.register_forward_pre_hook(lambda _, args: sizes.append(len(args[0])) if net.training else None)
+    train_score_net(X, np.ones(4), net, steps=10, batch_size=32, copies=1, ema=ema, seed=0)
+    assert min(sizes) >= 2 and 33 in sizes
+
+
 def test_ema_variant_and_global_sigma_variant_train():
     X, _ = make_blobs(n=400)
     det = KDSM(model=SMALL, ema=EMAConfig(enabled=True), train=OptimConfig(steps=40),
