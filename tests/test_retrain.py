@@ -150,6 +150,32 @@ def test_gate_rejection_registers_but_does_not_promote(tmp_path, redis_url, uniq
     assert reg.get(res.version)["status"] == "rejected" and not reg.get(res.version)["gate"]["passed"]
 
 
+def test_an_unreachable_object_store_archive_is_one_line_and_exit_2(setup, tmp_path, capsys, caplog):
+    """`kdsm retrain` with archive.dir on an object store nobody answers at: failed with the store's one-line reason,
+    exit 2 as kdsm's other user errors, no retrain_unexpected_error traceback in the log."""
+    from streamer.dev.local_services import free_port
+
+    s, reg, v0 = setup
+    cfg = tmp_path / "cfg.yaml"
+    conf = json.loads(s.model_dump_json(include={"model", "train", "redis", "registry", "retrain"}))
+    conf["archive"] = {"dir": "s3://kdsm/nowhere/archive"}
+    conf["storage"] = {"s3_endpoint": f"http://127.0.0.1:{free_port()}", "s3_access_key": "k", "s3_secret_key": "s",
+                       "connect_timeout_s": 0.5, "retries": 1}
+    cfg.write_text(yaml.safe_dump(conf))
+    try:
+        assert kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"]) == 2
+    finally:
+        from offline_train import storage
+        from offline_train.config import StorageConfig
+
+        storage.configure(StorageConfig())
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "failed" and res["reason"].startswith("archive unusable: s3://kdsm/nowhere/archive")
+    assert "cannot reach the object store" in res["reason"] and "\n" not in res["reason"]
+    assert not [r for r in caplog.records if "retrain_unexpected_error" in str(r.msg)]
+    assert reg.current_version() == v0
+
+
 def test_window_selection_newest_first(tmp_path):
     root = tmp_path / "a"
     write_archive(root, shifted(1500, 6), per_file=500)

@@ -37,6 +37,8 @@ once stale (``stale_after_s``).
 
 >>> RetrainResult("locked").exit_code, RetrainResult("failed", reason="x").exit_code
 (0, 1)
+>>> RetrainResult("failed", reason="store unreachable", user_error=True).exit_code
+2
 """
 
 from __future__ import annotations
@@ -80,13 +82,16 @@ class RetrainResult:
     version: str | None = None
     reason: str | None = None
     details: dict = field(default_factory=dict)
+    user_error: bool = False  # failed on something the user fixes (an unreachable store): exit 2, as kdsm's user errors
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.status]
+        return 2 if self.user_error else EXIT_CODES[self.status]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("user_error")
+        return out
 
 
 class RetrainLock:
@@ -305,7 +310,10 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
         return RetrainResult("failed", reason="no feature list: the registry has no current model and data.features is not set")
     if not settings.archive.dir:
         return RetrainResult("failed", reason="archive.dir is not set: nothing to train on")
-    window = select_window(settings.archive.dir, rc.window_hours, rc.max_rows, now)
+    try:  # an object-store archive that cannot be reached: one line and exit 2, not an unexpected error's traceback
+        window = select_window(settings.archive.dir, rc.window_hours, rc.max_rows, now)
+    except (storage.StorageError, DataError) as e:
+        return RetrainResult("failed", reason=f"archive unusable: {e}", user_error=True)
     details = {"current": cur_version, "trigger": trigger,
                "window": {k: (v if k != "files" else len(v)) for k, v in window.items()}}
     if not window["files"]:
@@ -344,6 +352,8 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
         det.save(tmp / "model", extra={"data_window": data_window, "trigger": trigger})
         version = registry.add(tmp / "model", meta={"data_window": data_window, "trigger": trigger,
                                                      "parent": cur_version, "status": "validating"})
+    except (storage.StorageError, DataError) as e:  # the artifact store (registry.store_dir) cannot be reached
+        return RetrainResult("failed", reason=f"artifact store unusable: {e}", details=details, user_error=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     try:
