@@ -171,3 +171,10 @@ def test_a_config_read_from_a_pipe_loads_as_from_a_file():
         assert load_settings(Settings, f"/dev/fd/{r}").train.steps == 7
     finally:
         os.close(r)
+
+
+def test_registry_device_says_what_it_does():
+    """registry.device is where the retrain job and its gate load models; streamers load theirs onto stream.device
+    (streamer.wiring): the description said streamers used it."""
+    text = Settings.model_fields["registry"].annotation.model_fields["device"].description
+    assert "retrain" in text and "gate" in text and "streamers use stream.device" in text

@@ -88,7 +88,7 @@ class RegistryConfig(Section):
     enabled: bool = Field(False, description="streamers serve the registry's current version and hot-swap on promote/rollback")
     store_dir: str = Field("runs/models", description="artifact store root: one directory per version; a path or s3://bucket/prefix")
     check_interval_s: float = Field(10.0, gt=0, description="streamers re-read the pointer this often (pub/sub is the fast path)")
-    device: str = Field("auto", description="device streamers and the gate load models onto")
+    device: str = Field("auto", description="device the retrain job loads the current model and its gate the new version onto (streamers use stream.device)")
 
 
 class RetrainConfig(Section):
