@@ -11,7 +11,7 @@ import json
 import sys
 
 from .argtypes import positive_int, seed
-from .config import flag_overrides, load_settings
+from .config import ConfigError, flag_overrides, load_settings
 from .published import METHOD_NAMES, published_sections
 
 
@@ -69,6 +69,8 @@ def _train(a, settings_cls) -> int:
             for section, value in published_sections(a.method, s).items():
                 setattr(s, section, value)
         if a.features:
+            if s.features is not None:  # the spec would win silently: refused as data.features is (config.py)
+                raise ConfigError("set either features (the spec, in the config) or --features (column names), not both")
             s.data.features = a.features
         if a.profile:
             s.train.profile = a.profile

@@ -56,6 +56,17 @@ def test_features_and_devices_that_cannot_train_are_one_line(events, tiny, tmp_p
     assert not (tmp_path / "m").exists()
 
 
+def test_features_flag_with_a_feature_spec_in_the_config_is_refused(events, tmp_path, capsys):
+    """The spec won silently (the flag was ignored); KDSM_DATA__FEATURES beside a spec was refused already."""
+    cfg = tmp_path / "spec.yaml"
+    cfg.write_text("model: {width: 16, depth: 1}\ntrain: {steps: 5}\n"
+                   "features:\n  - {name: f0, type: numeric}\n  - {name: f1, type: numeric}\n")
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(tmp_path / "m"), "--config", str(cfg),
+                 "--features", "f2", "f3"]) == 2
+    assert "set either features (the spec, in the config) or --features (column names), not both" in _one_line(capsys)
+    assert not (tmp_path / "m").exists()
+
+
 def test_an_out_under_a_file_is_refused_before_training(events, tiny, tmp_path, capsys, monkeypatch):
     """`--out afile/sub` trained in full, then failed to save with a FileExistsError traceback."""
     (tmp_path / "afile").write_text("x")
