@@ -108,6 +108,28 @@ def test_report_rates_match_the_archive_and_follow_a_redis_override(tmp_path, mo
     assert cands[0.99]["score"] == pytest.approx(model.calibration_.threshold_for_quantile(0.99))
 
 
+def test_a_redis_set_streamers_refuse_is_not_reported_as_in_force(tmp_path, model, tiny_model_dir, redis_url, unique,
+                                                                   capsys):
+    """A warning written by hand above critical: streamers refuse the set (`thresholds show` says refused), so the
+    report shows the artifact's thresholds as in force and says the Redis set is refused."""
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    prefix = f"kdsm-rep-{unique}:"
+    cfg = _config(tmp_path, redis_url, prefix)
+    store = ThresholdStore(connect(redis_url), prefix)
+    above = model.thresholds_["critical"] * 2
+    store.set(model.version_, "warning", above, None, "by hand", model.thresholds_["warning"])  # no order check here
+    argv = ["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg),
+            "--out", str(tmp_path / "r.png"), "--json"]
+    assert main(argv) == 0
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["severity"]: r for r in rep["thresholds"]}
+    assert rows["warning"]["score"] == pytest.approx(model.thresholds_["warning"])
+    assert rep["thresholds_source"].startswith("artifact (the Redis set is refused by streamers: critical")
+    assert main(["thresholds", "show", "--model", str(tiny_model_dir), "--config", str(cfg)]) == 0
+    assert "refused" in json.loads(capsys.readouterr().out)  # what `show` says of the same set
+
+
 def test_table_output_and_redis_down_falls_back_to_the_artifact(tmp_path, model, tiny_model_dir, capsys):
     from streamer.dev.local_services import free_port
 

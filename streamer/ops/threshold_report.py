@@ -124,11 +124,12 @@ def _iso(v) -> str | None:
 
 
 def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
-    """Thresholds in force for ``model.version_``: Redis overrides over the artifact's; the artifact's if Redis is down."""
+    """Thresholds in force for ``model.version_``: Redis overrides over the artifact's; the artifact's if Redis is down,
+    or if the Redis set is out of the artifact's order (written by hand: streamers refuse it, as `show` says)."""
     import redis
 
     from streamer.lifecycle.control import redis_client
-    from streamer.lifecycle.thresholds import ThresholdStore, effective_thresholds
+    from streamer.lifecycle.thresholds import ThresholdStore, effective_thresholds, order_violation
 
     r = settings.redis
     try:
@@ -139,7 +140,14 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     except (redis.RedisError, OSError) as e:
         log.warning({"event": "report_redis_unreachable", "error": str(e), "action": "using the artifact's thresholds"})
         return dict(model.thresholds_), "artifact (Redis unreachable)"
-    return effective_thresholds(model.thresholds_, over), ("redis" if over else "artifact")
+    eff = effective_thresholds(model.thresholds_, over)
+    bad = order_violation(model.thresholds_, eff)
+    if bad is not None:
+        milder, severer = bad
+        why = f"{severer} ({eff[severer]:g}) is below {milder} ({eff[milder]:g})"
+        log.warning({"event": "report_thresholds_refused", "why": why, "action": "using the artifact's thresholds"})
+        return dict(model.thresholds_), f"artifact (the Redis set is refused by streamers: {why}; see kdsm thresholds show)"
+    return eff, ("redis" if over else "artifact")
 
 
 @dataclass
