@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from kafka.errors import CommitFailedError, KafkaTimeoutError
+from kafka.errors import CommitFailedError, KafkaTimeoutError, NotLeaderForPartitionError
 from kafka.future import Future
 from kafka.structs import TopicPartition
 
@@ -192,3 +192,30 @@ def test_at_shutdown_commits_that_keep_failing_raise_instead_of_a_quiet_stop():
     with pytest.raises(DeliveryError, match="3 offset commits in a row failed .* a restart re-reads"):
         cp.drain_final()
     assert consumer.committed == []
+
+
+class RefusingProducer(Producer):
+    """Refuses the first ``refusals`` sends of the message ``alert-1`` (a retriable error, as a leader move); its
+    fallback (a small record of its own) and everything else are acknowledged."""
+
+    def __init__(self, refusals: int):
+        self.refusals, self.tries = refusals, 0
+
+    def send(self, topic, key=None, value=None, headers=None):
+        self.tries += value == b"alert-1"
+        if value == b"alert-1" and self.tries <= self.refusals:
+            return Future().failure(NotLeaderForPartitionError("the leader moved"))
+        return Future().success(f"{topic}:{value!r}")
+
+
+@pytest.mark.parametrize("refusals", [1, 5], ids=["re-sent", "fallback"])
+def test_an_alert_delivered_by_a_re_send_or_its_fallback_is_observed_once(refusals):
+    """The alert-latency callback follows the message to the send that is acknowledged. Before the fix it was attached
+    to the first send only: alerts delivered by a re-send or a fallback were never observed."""
+    acked = []
+    cp = Checkpointer(Consumer(), RefusingProducer(refusals), resend_attempts=1)
+    b = batch(0)
+    cp.send(b, "alerts", b"a1", b"alert-1", on_acked=acked.append)
+    cp.add(b)
+    assert sunk(cp.drain()) == list(range(5))
+    assert len(acked) == 1

@@ -10,7 +10,7 @@ import torch
 
 from offline_train.config import load_settings
 from streamer.config import Settings
-from streamer.pipeline.app import Pending, StreamApp, settle_heap
+from streamer.pipeline.app import Pending, StreamApp, latency_samples, settle_heap
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import Scorer
 
@@ -51,8 +51,8 @@ def test_configure_process_sets_the_switch_interval():
 
 def test_pending_batch_is_a_typed_record():
     fields = set(Pending.__dataclass_fields__)
-    assert fields == {"records", "model", "thresholds", "decoded", "scores", "t0"}
-    p = Pending(records=None, model=None, thresholds={"warning": 1.0}, decoded=None, scores=Future(), t0=0.0)
+    assert fields == {"records", "model", "thresholds", "decoded", "scores", "decode_s"}
+    p = Pending(records=None, model=None, thresholds={"warning": 1.0}, decoded=None, scores=Future(), decode_s=0.0)
     assert p.thresholds["warning"] == 1.0
 
 
@@ -79,3 +79,11 @@ def test_taking_a_model_freezes_the_heap_and_the_next_one_lets_a_swapped_out_mod
         assert gone() is None
     finally:
         gc.unfreeze()  # the rest of the test session keeps the collector as it found it
+
+
+def test_every_batch_gives_the_e2e_histogram_min_of_its_size_and_32_samples_evenly_spaced():
+    """Before the fix ``rb.timestamps_ms[::len // 32]`` gave 32 to 63 samples a batch (63 at 63 events)."""
+    for n in (1, 2, 31, 32, 33, 63, 64, 95, 2000):
+        rows = latency_samples(n)
+        assert len(rows) == min(n, 32) and len(set(rows.tolist())) == len(rows)
+        assert rows[0] == 0 and rows[-1] == n - 1

@@ -201,3 +201,20 @@ def test_a_partition_given_back_without_a_committed_offset_after_an_aborted_revo
             spinning.join(5)
             other.close(autocommit=False)
         member.close(autocommit=False)
+
+
+def test_the_first_join_counts_no_revocation(kafka_bootstrap, redis_url, unique):
+    """kafka-python calls ``on_partitions_revoked`` with no partitions on a member's first join. Before the fix that
+    counted ``kdsm_rebalances_total{kind="revoked"}`` 1 on a plain start."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    create_topics(s)
+    member = make_consumer(s.kafka)
+    app = _AbortingApp(member)
+    member.subscribe([s.kafka.events_topic], listener=app_module._Rebalance(app))
+    try:
+        assert wait_for(lambda: member.poll(timeout_ms=200) is not None and member.assignment(), 60)
+        counted = {tuple(sample.labels.values()): sample.value for metric in app.metrics.rebalances.collect()
+                   for sample in metric.samples if sample.name.endswith("_total")}
+    finally:
+        member.close(autocommit=False)  # leaving the group revokes: counted, but after the look above
+    assert counted == {("assigned",): 1.0}, counted

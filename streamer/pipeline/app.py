@@ -51,6 +51,7 @@ Two hooks for other components:
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import signal
@@ -108,6 +109,15 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def latency_samples(n: int) -> np.ndarray:
+    """The rows of a batch of ``n`` whose timestamps feed the e2e histogram: ``min(n, 32)``, evenly spaced.
+
+    >>> [len(latency_samples(n)) for n in (1, 31, 32, 63, 2000)], latency_samples(63)[[0, -1]].tolist()
+    ([1, 31, 32, 32, 32], [0, 62])
+    """
+    return np.linspace(0, n - 1, min(n, _LATENCY_SAMPLES)).astype(np.int64)
+
+
 class _Rebalance(AsyncConsumerRebalanceListener):
     def __init__(self, app: StreamApp):
         self.app = app
@@ -115,6 +125,8 @@ class _Rebalance(AsyncConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked):
         # Runs on kafka-python's IO thread while the loop waits in poll(): finish what was polled so far.
         app = self.app
+        if not revoked:  # kafka-python calls it with no partitions on the first join: nothing was revoked
+            return
         app.metrics.rebalances.labels("revoked").inc()
         names = sorted(f"{tp.topic}:{tp.partition}" for tp in revoked)
         if app._closing:  # after a crash: what is in flight stays uncommitted, a restart re-reads it
@@ -175,8 +187,8 @@ class Pending:
     model: object  # the KDSM version that scores every row of this batch
     thresholds: dict[str, float]  # the live thresholds of that version when the batch was taken
     decoded: Decoded
-    scores: Future  # -> ScoreResult, from the scoring thread
-    t0: float  # perf_counter at decode start, for kdsm_batch_seconds
+    scores: Future  # -> (ScoreResult, seconds the scoring took), from the scoring thread
+    decode_s: float  # seconds the decode took; with the scoring's and the publish's: kdsm_batch_seconds
 
 
 class StreamApp:
@@ -366,7 +378,8 @@ class StreamApp:
         dec = self._decoder.decode(rb.values)
         if rb.unreadable:  # records kafka-python could not read (batch.Unreadable): no value, so rejected as empty
             mark_unreadable(dec, rb.unreadable)
-        return Pending(rb, model, thresholds, dec, self._executor.submit(self._score, model, dec, thresholds), t0)
+        return Pending(rb, model, thresholds, dec, self._executor.submit(self._score_timed, model, dec, thresholds),
+                       time.perf_counter() - t0)
 
     def _drop_polled(self) -> None:
         """Forget the batch being scored and the records gathered (their transaction was not committed); they are
@@ -393,17 +406,21 @@ class StreamApp:
 
     def _publish(self, p: Pending) -> None:
         k = self.settings.kafka
-        rb, model, thresholds, dec, t0 = p.records, p.model, p.thresholds, p.decoded, p.t0
-        res: ScoreResult = p.scores.result()
-        step = max(1, len(rb) // _LATENCY_SAMPLES)
-        flight = InFlight(offsets=rb.commit_offsets(), scored=None, timestamps_ms=rb.timestamps_ms[::step].tolist())
+        rb, model, thresholds, dec = p.records, p.model, p.thresholds, p.decoded
+        res, score_s = p.scores.result()
+        # The batch's own time only: the wait for the scores overlaps the next batch's poll and decode.
+        t0 = time.perf_counter()
+        flight = InFlight(offsets=rb.commit_offsets(), scored=None,
+                          timestamps_ms=rb.timestamps_ms[latency_samples(len(rb))].tolist())
         alerts = build_alerts(rb, dec, res, model, thresholds)
         if alerts:
             pos = dec.rows[res.alert_rows]
             names = self._alert_headers if rb.headers is not None else None  # None: no record of the batch has any
             for (key, value), i, ts_ms in zip(alerts, pos.tolist(), rb.timestamps_ms[pos].tolist(), strict=True):
                 headers = alert_headers(rb.headers_at(i), names) if names else None
-                self.checkpoint.send(flight, k.alerts_topic, key, value, headers).add_callback(self._alert_acked, ts_ms)
+                # Observed on whichever send is acknowledged: the original, a re-send or its fallback.
+                self.checkpoint.send(flight, k.alerts_topic, key, value, headers,
+                                     on_acked=functools.partial(self._alert_acked, ts_ms))
         for r in dec.rejects:  # the original key and headers, so a dead letter is found as the event was
             headers, header_bytes = dead_letter_headers(rb.headers_at(r.index), k.deadletter_max_bytes)
             self.checkpoint.send(flight, k.deadletter_topic, rb.keys[r.index],
@@ -430,7 +447,7 @@ class StreamApp:
             for part, c in zip(*np.unique(res.leading.astype(str), return_counts=True), strict=True):
                 self.metrics.alerts_by_part.labels(part).inc(int(c))
         self.metrics.batch_size.observe(len(rb))
-        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        self.metrics.batch_seconds.observe(p.decode_s + score_s + time.perf_counter() - t0)
         c = self.counts
         c["events"] += len(rb)
         c["scored"] += n_ok
@@ -445,6 +462,11 @@ class StreamApp:
             self.metrics.alert_seconds.observe(max(0.0, now - ts_ms / 1000.0))
         if self.on_alert_acked is not None:
             self.on_alert_acked(ts_ms, now)
+
+    def _score_timed(self, model, dec: Decoded, thresholds) -> tuple[ScoreResult, float]:
+        t0 = time.perf_counter()
+        res = self._score(model, dec, thresholds)
+        return res, time.perf_counter() - t0
 
     def _score(self, model, dec: Decoded, thresholds) -> ScoreResult:
         empty = ScoreResult(np.zeros(0), np.zeros(0, dtype=object), np.zeros(0, np.int64), np.zeros(0), None)

@@ -92,6 +92,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafka.errors import (
@@ -147,6 +148,7 @@ class Send:
     future: Future
     fallback: bool = False  # this is the small record that replaced a refused message
     headers: list | None = None  # Kafka headers, (name, value) pairs (a dead letter's: the event's own)
+    on_acked: Callable | None = None  # called with the record's metadata when it, a re-send or its fallback is acked
 
     def ok(self) -> bool:
         return self.future.is_done and self.future.succeeded()
@@ -181,15 +183,19 @@ class Checkpointer:
         # is read again from after a batch was dropped, aborted or not committed (``resume_at``).
         self.uncommitted_from: dict[TopicPartition, int] = {}
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
+             on_acked: Callable | None = None) -> Future:
         """Hand one message to the producer; returns its future (resolved by the broker's ack).
 
         A refusal before it leaves (e.g. MessageSizeTooLargeError) is a failed
         future, handled like a nack: re-sent, then replaced by its fallback.
+        ``on_acked(metadata)`` runs on the producer's I/O thread when the message, a re-send or its fallback is
+        acknowledged.
         """
-        fut = self._send(topic, key, value, headers)
-        batch.sends.append(Send(topic, key, value, fut, headers=headers))
-        return fut
+        s = self._sent(Send(topic, key, value, self._send(topic, key, value, headers), headers=headers,
+                            on_acked=on_acked))
+        batch.sends.append(s)
+        return s.future
 
     def took(self, first_offsets: dict[TopicPartition, int]) -> None:
         """Records were taken from these partitions (their first offset each), to be scored or dropped."""
@@ -266,6 +272,12 @@ class Checkpointer:
         return self._committed(ready)
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _sent(s: Send) -> Send:
+        if s.on_acked is not None:
+            s.future.add_callback(s.on_acked)
+        return s
+
     def _send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
         try:
             return self.producer.send(topic, key=key, value=value, headers=headers or None)
@@ -321,7 +333,8 @@ class Checkpointer:
             last = attempt >= self.resend_attempts
             batch.sends = [s for s in batch.sends if s.ok()] + [
                 self._fall_back(s) if last or not _retriable(s)
-                else Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value, s.headers), headers=s.headers)
+                else self._sent(Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value, s.headers),
+                                     headers=s.headers, on_acked=s.on_acked))
                 for s in failed]
         raise DeliveryError(f"{len(failed)} alert/dead-letter message(s) and their fallbacks were not acknowledged "
                             "by the broker; offsets not committed")
@@ -334,7 +347,8 @@ class Checkpointer:
             self.metrics.fallbacks.labels(s.topic).inc()
         log.warning({"event": "publish_fallback", "topic": s.topic, "original_bytes": len(s.value), "error": error})
         key, headers = fallback_key(s.key), fallback_headers(s.headers)
-        return Send(s.topic, key, value, self._send(s.topic, key, value, headers), fallback=True, headers=headers)
+        return self._sent(Send(s.topic, key, value, self._send(s.topic, key, value, headers), fallback=True,
+                               headers=headers, on_acked=s.on_acked))
 
     def _acked_offsets(self, batches: list[InFlight]) -> dict[TopicPartition, OffsetAndMetadata]:
         """Steps 2-3 for every batch, then the offsets to commit (oldest first: a later batch's supersedes)."""
@@ -446,9 +460,11 @@ class TransactionalCheckpointer(Checkpointer):
         finally:
             self._open = False
 
-    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
+    def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
+             on_acked: Callable | None = None) -> Future:
         self._begin()  # step 1
-        s = Send(topic, key, value, self._send(topic, key, value, headers), headers=headers)
+        s = self._sent(Send(topic, key, value, self._send(topic, key, value, headers), headers=headers,
+                            on_acked=on_acked))
         if s.future.is_done and not s.future.succeeded() and not _retriable(s):
             s = self._fall_back(s)  # refused before it left (too large): the small record, same transaction
         batch.sends.append(s)
