@@ -103,6 +103,45 @@ def test_live_thresholds_follow_a_change_within_2_seconds(redis_url, unique, mod
         live.stop()
 
 
+def test_live_thresholds_keep_only_the_serving_version_and_the_one_it_replaced(redis_url, unique):
+    """A long-lived streamer that swapped through many versions refreshes two of them, not every version it ever
+    served, and the kdsm_threshold series of the dropped ones go."""
+    from types import SimpleNamespace
+
+    from streamer.pipeline.metrics import StreamMetrics
+
+    metrics = StreamMetrics()
+    live = LiveThresholds(redis_url, prefix=f"kdsm-test-{unique}:", refresh_s=0.2, metrics=metrics)
+    reads: dict[str, int] = {}
+    real = live.store.overrides
+
+    def counting(version):
+        reads[version] = reads.get(version, 0) + 1
+        return real(version)
+
+    live.store.overrides = counting
+    models = [SimpleNamespace(version_=f"v{i}", thresholds_={"warning": 1.0 + i, "critical": 2.0 + i}) for i in range(8)]
+    live.start()
+    try:
+        for m in models:
+            assert live.get(m) == m.thresholds_
+        assert live.get(models[6]) == models[6].thresholds_  # back to the one it replaced: still cached
+        reads.clear()
+        time.sleep(1.0)
+        assert set(reads) == {"v6", "v7"}, reads
+
+        def series() -> set[str]:
+            return {line.split('version="')[1].split('"')[0] for line in metrics.render().decode().splitlines()
+                    if line.startswith("kdsm_threshold{")}
+
+        assert series() == {"v6", "v7"}
+        assert live.get(models[0]) == models[0].thresholds_  # a rollback to a dropped version reads it again
+        time.sleep(0.5)
+        assert series() == {"v6", "v0"}  # v0 serves, v6 is the one it replaced
+    finally:
+        live.stop()
+
+
 def test_threshold_change_through_cli_changes_alerting_within_2s(tmp_path, capsys, kafka_bootstrap, redis_url, unique, tiny_model_dir, model):
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir))
     create_topics(s)

@@ -267,6 +267,7 @@ class LiveThresholds:
         self._up: bool | None = None
         self._bad_key: dict[str, str] = {}  # version -> why its overrides key is unusable (logged once)
         self._bad_order: dict[str, dict[str, float]] = {}  # version -> the out-of-order set refused (logged once)
+        self._serving: str | None = None  # the version of the last get()
         self._watcher = ChannelWatcher(client, self.store.channel, period_s=refresh_s, on_message=self._changed,
                                        on_tick=self._refresh_all, on_error=self._set_down, wait_s=0.5,
                                        retry_s=min(refresh_s, 1.0), name="kdsm-thresholds")
@@ -282,12 +283,36 @@ class LiveThresholds:
         v = model.version_
         cached = self._cache.get(v)
         if cached is not None:
+            if v != self._serving:
+                self._serve(v)
             return cached
         with self._lock:
             self._artifact[v] = dict(model.thresholds_)
             self._cache[v] = dict(model.thresholds_)
+        self._serve(v)
         self._refresh(v)  # first sight of a version: one synchronous read (bounded by the socket timeout)
-        return self._cache[v]
+        return self._cache.get(v, dict(model.thresholds_))
+
+    def _serve(self, version: str) -> None:
+        """``version`` serves now: it and the version it replaced (a batch may still be scored by it) stay fresh; older
+        ones are dropped, so a long-lived streamer reads two versions per refresh, not every version it ever served,
+        and their ``kdsm_threshold`` series go."""
+        with self._lock:
+            self._artifact[version] = self._artifact.pop(version)  # most recently served last
+            dropped = {v: self._artifact.pop(v) for v in list(self._artifact)[:-2]}
+            for v in dropped:
+                self._cache.pop(v, None)
+                self._bad_key.pop(v, None)
+                self._bad_order.pop(v, None)
+            self._serving = version
+        for v, artifact in dropped.items():
+            if self.metrics is not None:
+                for sev in artifact:
+                    try:
+                        self.metrics.threshold.remove(v, sev)
+                    except KeyError:  # never set (Redis was down at its first read)
+                        pass
+            log.info({"event": "thresholds_version_dropped", "version": v, "serving": version})
 
     @property
     def redis_up(self) -> bool:
@@ -295,6 +320,9 @@ class LiveThresholds:
 
     # ------------------------------------------------------------------ internals
     def _refresh(self, version: str) -> None:
+        artifact = self._artifact.get(version)
+        if artifact is None:  # dropped by _serve while the watcher thread was about to refresh it
+            return
         try:
             over = self.store.overrides(version)
             self._bad_key.pop(version, None)
@@ -308,13 +336,13 @@ class LiveThresholds:
             self._set_up(False, e)
             return
         self._set_up(True)
-        new = effective_thresholds(self._artifact[version], over)
-        bad = order_violation(self._artifact[version], new)
+        new = effective_thresholds(artifact, over)
+        bad = order_violation(artifact, new)
         if bad is not None:  # written by hand (``set`` and ``reset`` keep the order): refused, the last set stays
-            kept = self._cache.get(version, self._artifact[version])
+            kept = self._cache.get(version, artifact)
             if self._bad_order.get(version) != new:
                 milder, severer = bad
-                fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in order_repairs(self._artifact[version], over))
+                fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in order_repairs(artifact, over))
                 log.warning({"event": "bad_thresholds", "version": version, "thresholds": new,
                              "why": f"{severer} ({new[severer]:g}) is below {milder} ({new[milder]:g}): a more severe "
                                     "threshold must not be lower (written by hand?)",
@@ -326,10 +354,13 @@ class LiveThresholds:
             self._bad_order.pop(version, None)
         if new != self._cache.get(version):
             log.info({"event": "thresholds_changed", "version": version, "thresholds": new})
-        self._cache[version] = new  # one reference swap: readers see old or new, never a mix
-        if self.metrics is not None:
-            for sev, t in new.items():
-                self.metrics.threshold.labels(version, sev).set(t)
+        with self._lock:
+            if version not in self._artifact:  # dropped meanwhile: no cache entry or gauge series left behind
+                return
+            self._cache[version] = new  # one reference swap: readers see old or new, never a mix
+            if self.metrics is not None:
+                for sev, t in new.items():
+                    self.metrics.threshold.labels(version, sev).set(t)
 
     def _changed(self, version: str) -> None:
         if version in self._artifact:
