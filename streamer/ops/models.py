@@ -2,8 +2,9 @@
 
 Each prints JSON on stdout. ``kdsm retrain`` exits 0 when it promoted or
 registered a model, or when another retrain holds the lock; 1 when training
-could not run (no/too little/corrupt data, training error); 3 when the new
-model failed the validation gate. In every non-zero case the current model
+could not run (no/too little/corrupt data, training error); 2 when an object
+store (archive or registry) cannot be reached, as other user errors; 3 when the
+new model failed the validation gate. In every non-zero case the current model
 keeps serving.
 """
 
