@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -144,21 +145,32 @@ def _umask() -> int:
     return mask
 
 
-def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict) -> Path | str:
-    """Write the artifact directory atomically (a local path, or a URI: upload with the manifest last)."""
+def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict,
+                   also: Callable[[Path], None] | None = None) -> Path | str:
+    """Write the artifact directory atomically (a local path, or a URI: upload with the manifest last).
+
+    ``also(directory)`` writes more files (the report) into the new directory before it takes ``path``'s place, so a
+    failure leaves no half-written report beside a new model. An I/O error (a full disk) is an ``ArtifactError`` in one
+    line, and ``path`` is left as it was.
+    """
     if storage.is_remote(path):
         with tempfile.TemporaryDirectory(prefix="kdsm-artifact-") as tmp:
-            write_artifact(Path(tmp) / "a", tensors, meta)
+            write_artifact(Path(tmp) / "a", tensors, meta, also)
             return publish_artifact(Path(tmp) / "a", path)
     from safetensors.torch import save_file
 
-    with atomic_directory(path) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
-        # safetensors writes 0600 whatever the umask: the umask's mode, as for the directory (atomic_directory)
-        os.chmod(tmp / WEIGHTS, 0o666 & ~_umask())
-        meta = {**meta, "format": FORMAT}
-        meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
-        (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    try:
+        with atomic_directory(path) as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
+            # safetensors writes 0600 whatever the umask: the umask's mode, as for the directory (atomic_directory)
+            os.chmod(tmp / WEIGHTS, 0o666 & ~_umask())
+            meta = {**meta, "format": FORMAT}
+            meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
+            (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
+            if also is not None:
+                also(tmp)
+    except (OSError, SafetensorError) as e:
+        raise ArtifactError(f"cannot write the model to {path}: {' '.join(str(e).split())}") from None
     return Path(path)
 
 

@@ -456,8 +456,9 @@ class KDSM(BaseEstimator):
                            items=items)
 
     # ----------------------------------------------------------------- persistence
-    def save(self, path, extra: dict | None = None) -> Path:
-        """Write the artifact directory (see ``offline_train.artifact``)."""
+    def save(self, path, extra: dict | None = None, also=None) -> Path:
+        """Write the artifact directory (see ``offline_train.artifact``); ``also(directory)`` adds files (the report)
+        before the new directory takes ``path``'s place."""
         check_is_fitted(self, "calibration_")
         tensors = {f"net.{k}": v for k, v in self.net_.state_dict().items()}
         tensors["calibration_scores"] = torch.as_tensor(self.calibration_.scores, dtype=torch.float64)
@@ -492,7 +493,7 @@ class KDSM(BaseEstimator):
             **({"feature_spec": self.features_.to_dict()} if getattr(self, "features_", None) is not None else {}),
             **(extra or {}),
         }
-        return write_artifact(path, tensors, meta)
+        return write_artifact(path, tensors, meta, also)
 
     @classmethod
     def load(cls, path, device: str = "auto") -> KDSM:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from . import storage
-from .artifact import METADATA, ArtifactError, check_replaceable, publish_artifact
+from .artifact import METADATA, ArtifactError, check_replaceable
 from .config import TrainSettings
 from .data import (
     DataError,
@@ -137,18 +137,11 @@ def train_job(settings: TrainSettings, data, out, progress: bool = True, log=pri
     if source.has_labels:
         summary["labels"] = report_labels(source, det, dc, settings.train.seed, log)
     extra = {"label_metrics": summary.get("labels"), "data_summary": summary["data"]}
-    if storage.is_remote(out):  # written whole locally, then uploaded with metadata.json (the manifest) last
-        with tempfile.TemporaryDirectory(prefix="kdsm-train-") as tmp:
-            det.save(Path(tmp) / "a", extra=extra)
-            local = write_report(Path(tmp) / "a" / "report", summary, det)
-            publish_artifact(Path(tmp) / "a", out)
-        summary["report_files"] = {k: storage.join(out, "report", Path(v).name) for k, v in local.items()}
-        log(f"artifact: {out} (version {det.version_}); report: {storage.join(out, 'report', 'report.json')}")
-        return summary
-    out = Path(out)
-    det.save(out, extra=extra)
-    summary["report_files"] = write_report(out / "report", summary, det)
-    log(f"artifact: {out} (version {det.version_}); report: {out / 'report' / 'report.json'}")
+    written = {}
+    # The report goes into the new directory before it replaces --out: a failure leaves neither half-written.
+    det.save(out, extra=extra, also=lambda tmp: written.update(write_report(tmp / "report", summary, det)))
+    summary["report_files"] = {k: storage.join(out, "report", Path(v).name) for k, v in written.items()}
+    log(f"artifact: {out} (version {det.version_}); report: {storage.join(out, 'report', 'report.json')}")
     return summary
 
 

@@ -67,6 +67,39 @@ def test_features_flag_with_a_feature_spec_in_the_config_is_refused(events, tmp_
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.parametrize("where", ["weights", "report"])
+def test_a_full_disk_while_saving_is_one_line_and_leaves_the_old_model(events, tiny, tmp_path, capsys, monkeypatch,
+                                                                      where):
+    """ENOSPC was a SafetensorError or OSError traceback; the report was written after the swap, so a failure there
+    left a half-written report/ beside the new model."""
+    import errno
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    import offline_train.job
+
+    out = tmp_path / "m"
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(out), "--config", str(tiny)]) == 0
+    before = KDSM.load(out, device="cpu").version_
+    report = (out / "report" / "report.json").read_text()
+    capsys.readouterr()
+
+    def full(*a, **k):
+        if where == "weights":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "weights":
+        monkeypatch.setattr(safetensors.torch, "save_file", full)
+    else:
+        monkeypatch.setattr(offline_train.job, "write_report", full)
+    assert main(["train", "--quiet", "--data", str(events), "--out", str(out), "--config", str(tiny), "--force"]) == 2
+    assert f"cannot write the model to {out}" in _one_line(capsys)
+    assert KDSM.load(out, device="cpu").version_ == before and (out / "report" / "report.json").read_text() == report
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary directory left
+
+
 def test_an_out_under_a_file_is_refused_before_training(events, tiny, tmp_path, capsys, monkeypatch):
     """`--out afile/sub` trained in full, then failed to save with a FileExistsError traceback."""
     (tmp_path / "afile").write_text("x")
