@@ -174,6 +174,8 @@ class KDSM(BaseEstimator):
         if not np.isfinite(X).all():
             raise ValueError("X contains NaN or infinite values")
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
+        if len(names) != X.shape[1]:  # else a torch shape error deep in training
+            raise ValueError(f"{len(names)} feature name(s) for the {X.shape[1]} column(s) of X")
         train_X, cal_X = self._holdout_split(X)
         scaler = scaler or Scaler.fit(train_X, self.scale_discrete, self._category_columns())
         sig = KurtosisSigmas.from_config(self.sigma_config).fit(train_X, scaler)

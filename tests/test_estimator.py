@@ -79,6 +79,13 @@ def test_rows_without_columns_are_refused_before_any_part_is_built():
             tiny().fit(np.zeros((12, 0)))
 
 
+@pytest.mark.parametrize("names", [["a", "b"], ["a", "b", "c", "d"]])
+def test_feature_names_of_the_wrong_count_are_a_value_error_naming_both(names):
+    """A torch shape error from deep in training before."""
+    with pytest.raises(ValueError, match=f"{len(names)} feature name\\(s\\) for the 3 column\\(s\\) of X"):
+        tiny().fit(np.random.default_rng(0).normal(size=(40, 3)), feature_names=names)
+
+
 def test_every_method_of_an_unfitted_detector_raises_not_fitted(tmp_path):
     det, X = tiny(), np.zeros((3, 2))
     calls = {
