@@ -161,6 +161,8 @@ class KDSM(BaseEstimator):
         on ``X`` (the unsupervised ADBench protocol fits it on all rows).
         ``features``: the fitted feature spec that encoded ``X`` (its columns name
         the features); the model keeps it, so it scores and explains raw records.
+        The scaler and sigmas see every row; the network trains (and calibrates) on a seeded
+        sample of at most ``max_train_rows`` of them, as ``fit_source`` does.
         """
         self._reset()
         self.features_ = features
@@ -179,6 +181,9 @@ class KDSM(BaseEstimator):
         train_X, cal_X = self._holdout_split(X)
         scaler = scaler or Scaler.fit(train_X, self.scale_discrete, self._category_columns())
         sig = KurtosisSigmas.from_config(self.sigma_config).fit(train_X, scaler)
+        # As fit_source: the statistics see every row, the network a seeded sample of at most max_train_rows
+        # (fewer rows are kept whole, as they were).
+        train_X, cal_X = (bounded_sample([(A, None)], self.max_train_rows, self.train_config.seed)[0] for A in (train_X, cal_X))
         self._fit_network(train_X, cal_X, scaler, sig, names, progress)
         self._set_training_scores(X)
         return self

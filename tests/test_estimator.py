@@ -86,6 +86,19 @@ def test_feature_names_of_the_wrong_count_are_a_value_error_naming_both(names):
         tiny().fit(np.random.default_rng(0).normal(size=(40, 3)), feature_names=names)
 
 
+def test_fit_trains_on_a_seeded_sample_of_max_train_rows_as_fit_source_does():
+    """fit ignored max_train_rows (only fit_source sampled). Data within the cap trains exactly as before."""
+    from offline_train.config import CalibrationConfig
+
+    X = np.random.default_rng(0).normal(size=(120, 3))
+    cal = CalibrationConfig(holdout=0.0)
+    capped = tiny(max_train_rows=50, calibration=cal).fit(X)
+    assert len(capped.calibration_.scores) == 50 and capped.train_summary_.epochs == 10 * 128 / 50
+    assert len(capped.decision_scores_) == 120  # PyOD's training scores: every row given
+    np.testing.assert_array_equal(tiny(max_train_rows=120, calibration=cal).fit(X).decision_scores_,
+                                  tiny(calibration=cal).fit(X).decision_scores_)
+
+
 def test_every_method_of_an_unfitted_detector_raises_not_fitted(tmp_path):
     det, X = tiny(), np.zeros((3, 2))
     calls = {
