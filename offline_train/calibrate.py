@@ -40,7 +40,8 @@ class Calibration:
 
         Raises ValueError unless the scores are a non-empty 1-D run of finite values in ascending order (what
         ``p_values`` and ``quantile_of`` binary-search), as many as the metadata's ``calibration.n`` where it says,
-        and the thresholds and quantiles are mappings, the thresholds of finite numbers.
+        and the thresholds and quantiles are mappings of the same severity names, the thresholds finite numbers
+        ordered like their quantiles.
         """
         s = np.asarray(scores, dtype=np.float64)
         if s.ndim != 1 or len(s) == 0:
@@ -57,6 +58,13 @@ class Calibration:
         thresholds = {str(k): float(v) for k, v in meta["thresholds"].items()}
         if not all(np.isfinite(t) for t in thresholds.values()):
             raise ValueError("thresholds must be finite")
+        quantiles = {str(k): float(v) for k, v in meta["quantiles"].items()}
+        if sorted(thresholds) != sorted(quantiles):
+            raise ValueError(f"thresholds of {sorted(thresholds)} for the severities {sorted(quantiles)}: the names must match")
+        # A higher quantile has a threshold at least as high: severity_of ranks the names by their thresholds.
+        if any((quantiles[a] < quantiles[b] and thresholds[a] > thresholds[b])
+               or (quantiles[a] == quantiles[b] and thresholds[a] != thresholds[b]) for a in quantiles for b in quantiles):
+            raise ValueError(f"thresholds {thresholds} are not ordered like their quantiles {quantiles}")
         return cls(s, dict(meta["quantiles"]), thresholds)
 
     def threshold_for_quantile(self, q: float) -> float:

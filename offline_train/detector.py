@@ -517,6 +517,8 @@ class KDSM(BaseEstimator):
                           {"severities": meta["quantiles"], "top_features": meta["calibration"]["top_features"]},
                           context={"artifact": True}))
             det.feature_names_ = list(meta["features"])
+            if len(set(det.feature_names_)) != len(det.feature_names_):
+                raise ArtifactError(f"{path}: feature names must be unique")
             det.features_ = FittedFeatures.from_dict(meta["feature_spec"]) if meta.get("feature_spec") else None
             if det.features_ is not None and det.features_.columns != det.feature_names_:
                 raise ArtifactError(f"{path}: the feature spec's columns differ from the feature list")
@@ -530,6 +532,8 @@ class KDSM(BaseEstimator):
                                     f"{det.kappas_.shape} for d={d}")
             if not (np.isfinite(det.sigmas_) & (det.sigmas_ > 0)).all():
                 raise ArtifactError(f"{path}: sigmas must be finite and above 0")
+            if not np.isfinite(det.kappas_).all():
+                raise ArtifactError(f"{path}: kappas must be finite")
             det.scaler_ = Scaler.from_dict(meta["scaler"], d)
             bad = [k for k, t in tensors.items()
                    if k.startswith("net.") and t.is_floating_point() and not bool(torch.isfinite(t).all())]

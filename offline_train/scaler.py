@@ -211,13 +211,17 @@ class Scaler:
     @classmethod
     def from_dict(cls, d: dict, n_features: int | None = None) -> Scaler:
         """A scaler from ``to_dict``; raises ValueError unless its four arrays are 1-D of one length (``n_features``
-        where given), the means finite and the standard deviations finite and above 0 (what ``transform`` divides by).
+        where given), the means finite, the standard deviations finite and above 0 (what ``transform`` divides by) and
+        the discrete and constant flags true/false.
 
         >>> Scaler.from_dict({"mean_": [0.0], "std_": [0.0], "discrete_": [False], "constant_": [False]})
         Traceback (most recent call last):
         ...
         ValueError: scaler: std_ must be finite and above 0
         """
+        for name in ("discrete_", "constant_"):  # np.asarray(..., bool) would read "x" or 2 as true
+            if not isinstance(d[name], list) or not all(isinstance(v, bool) for v in d[name]):
+                raise ValueError(f"scaler: {name} must be a list of true/false")
         s = cls(np.asarray(d["mean_"], float), np.asarray(d["std_"], float),
                 np.asarray(d["discrete_"], bool), np.asarray(d["constant_"], bool))
         n = n_features if n_features is not None else s.mean_.shape[0] if s.mean_.ndim == 1 else None

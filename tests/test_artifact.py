@@ -9,7 +9,7 @@ import pytest
 from conftest import make_blobs
 from safetensors.torch import load_file, save_file
 
-from offline_train.artifact import METADATA, WEIGHTS, ArtifactError
+from offline_train.artifact import METADATA, WEIGHTS, ArtifactError, schema_hash
 from offline_train.detector import KDSM
 
 
@@ -190,6 +190,18 @@ SHAPE_TAMPERING = {  # name: (metadata edit, weights edit, what the refusal says
     "network NaN": (None, _set("net.head.2.bias", lambda t: t * float("nan")), "non-finite network weights"),
     "blend spread of 0": (_set("blend", "forest_std", 0.0), None, "forest_std must be finite, spreads above 0"),
     "blend mean NaN": (_set("blend", "network_mean", float("nan")), None, "network_mean must be finite"),
+    # Each of these loaded (checksum recomputed) and failed or misbehaved only when scoring:
+    "thresholds empty": (_set("thresholds", {}), None, "the names must match"),
+    "thresholds of other names": (_set("thresholds", lambda v: {"bogus": 1.0, "critical": v["critical"]}), None,
+                                  "the names must match"),
+    "thresholds out of order": (_set("thresholds", lambda v: {"warning": v["critical"] + 1, "critical": v["critical"]}),
+                                None, "not ordered like their quantiles"),
+    "feature named twice": (lambda m: m.update(features=[m["features"][0], *m["features"][:-1]],
+                                               schema_hash=schema_hash([m["features"][0], *m["features"][:-1]])),
+                            None, "feature names must be unique"),
+    "kappas NaN": (_set("kappas", lambda v: [float("nan")] * len(v)), None, "kappas must be finite"),
+    "scaler discrete_ not true/false": (_set("scaler", "discrete_", lambda v: ["x"] * len(v)), None,
+                                        "discrete_ must be a list of true/false"),
 }
 
 
