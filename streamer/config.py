@@ -138,6 +138,14 @@ class KafkaConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _linger_within_delivery(self) -> KafkaConfig:
+        # kafka-python needs delivery_timeout_ms >= linger_ms + request_timeout_ms (make_producer fits the latter in)
+        if self.linger_ms >= self.delivery_timeout_s * 1000:
+            raise ValueError(f"linger_ms ({self.linger_ms}) must be below delivery_timeout_s "
+                             f"({self.delivery_timeout_s:g} s): a record must have time to be sent before it expires")
+        return self
+
+    @model_validator(mode="after")
     def _interval_needs_at_least_once(self) -> KafkaConfig:
         if self.delivery == "exactly_once" and self.commit_interval_ms:
             raise ValueError("commit_interval_ms applies to at_least_once only: exactly_once commits each batch in "

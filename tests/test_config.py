@@ -145,12 +145,15 @@ def test_metrics_port_is_a_port(monkeypatch):
     ("data:\n  max_train_rows: 1\n", "data.max_train_rows: Input should be greater than or equal to 2"),
     ("kafka:\n  heartbeat_interval_ms: 20000\n",
      "kafka: Value error, heartbeat_interval_ms (20000) must be below session_timeout_ms (10000)"),
-    ("kafka:\n  fetch_max_wait_ms: 30000\n", "kafka.fetch_max_wait_ms: Input should be less than 30000")])
+    ("kafka:\n  fetch_max_wait_ms: 30000\n", "kafka.fetch_max_wait_ms: Input should be less than 30000"),
+    ("kafka:\n  linger_ms: 2000\n  delivery_timeout_s: 2\n",
+     "kafka: Value error, linger_ms (2000) must be below delivery_timeout_s (2 s)")])
 def test_contradictory_pairs_are_refused(yaml_text, message, tmp_path):
     """Each passed kdsm config check: every retrain was then rejected, an artifact had warning above critical, or
     training crashed (a NaN clip bound in the scaler, no severity at calibration, one row for the k-NN reference) or
     trained a NaN network (an infinite learning rate), or kdsm stream crashed with kafka-python's traceback when it
-    built its consumer (a heartbeat not below the session timeout, a fetch wait not below the request timeout)."""
+    built its clients (a heartbeat not below the session timeout, a fetch wait not below the request timeout, a
+    producer linger not below the delivery timeout)."""
     f = tmp_path / "c.yaml"
     f.write_text(yaml_text)
     with pytest.raises(ConfigError) as e:

@@ -73,7 +73,7 @@ alert and dead letter once, and only when the batch's offsets are committed:
 7. kafka-python waits for the answer to ``send_offsets_to_transaction``,
    ``commit_transaction`` and ``abort_transaction`` without a bound of its
    own (a request the broker never answers fails after the producer's
-   ``request_timeout_ms``, 30 s, and may be retried); each waits here at most
+   ``request_timeout_ms``, at most 30 s, and may be retried); each waits here at most
    ``delivery_timeout_s``, then ``Unresolved`` stops the streamer: the
    transaction's outcome is unknown and the producer is still inside the
    call, so nothing more may be sent with it.
