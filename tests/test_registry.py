@@ -243,3 +243,25 @@ def test_adding_a_registered_version_again_repairs_its_damaged_store_copy(regist
     registry._check_artifact(v, "x")  # whole again
     assert registry.get(v)["status"] == "promoted"
     assert registry.add_artifact(tiny_model_dir) == (v, None)
+
+
+def test_a_repair_that_fails_to_publish_leaves_the_stored_copy_where_it_was(registry, tiny_model_dir, monkeypatch):
+    """The repair replaces the stored copy in place, never deletes it first: a publish that fails (a store timing out
+    half-way) leaves the copy that was there, so a streamer restarting on it still finds its files."""
+    from offline_train.storage import StorageError
+
+    v = registry.add(tiny_model_dir)
+    registry.promote(v)
+    w = registry.store.location(v) / "weights.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 0xFF
+    w.write_bytes(bytes(data))
+
+    def failing_put(version, src):
+        raise StorageError("s3: request timed out")
+
+    monkeypatch.setattr(registry.store, "put", failing_put)
+    with pytest.raises(StorageError, match="timed out"):
+        registry.add_artifact(tiny_model_dir)
+    assert w.read_bytes() == bytes(data)  # still there, as it was
+    assert (w.parent / "metadata.json").is_file()

@@ -207,8 +207,14 @@ class ModelRegistry:
                 return version, None
             except RegistryError as e:
                 repaired = str(e)
-            if self.store.exists(version):  # a local directory without its manifest is no artifact put may replace
-                self.store.delete(version)
+            location = self.store.location(version)
+            if self.store.remote:
+                # A store that cannot be read now is no damaged copy: raise (StorageError, one line), replace nothing
+                storage.check_bucket(location)
+            elif location.is_dir() and not artifact_exists(location):
+                shutil.rmtree(location)  # a directory without its manifest is no artifact put may replace
+            # The copy is replaced in place, never deleted first: locally in one rename, remotely its manifest last,
+            # so a failed put leaves what was there and a streamer restarting on it never finds nothing.
             self.store.put(version, model_dir)
             log.warning({"event": "registry_artifact_repaired", "version": version, "was": repaired})
             return version, repaired
