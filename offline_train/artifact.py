@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import uuid
@@ -139,12 +140,6 @@ def atomic_directory(path: str | os.PathLike):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it: set and put back
-    os.umask(mask)
-    return mask
-
-
 def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], meta: dict,
                    also: Callable[[Path], None] | None = None) -> Path | str:
     """Write the artifact directory atomically (a local path, or a URI: upload with the manifest last).
@@ -162,8 +157,9 @@ def write_artifact(path: str | os.PathLike, tensors: dict[str, torch.Tensor], me
     try:
         with atomic_directory(path) as tmp:
             save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS))
-            # safetensors writes 0600 whatever the umask: the umask's mode, as for the directory (atomic_directory)
-            os.chmod(tmp / WEIGHTS, 0o666 & ~_umask())
+            # safetensors writes 0600 whatever the umask: the mode the umask gave the directory (atomic_directory's
+            # mkdir), less execute; not os.umask(), which would set the process's umask to read it, for every thread
+            os.chmod(tmp / WEIGHTS, stat.S_IMODE(tmp.stat().st_mode) & 0o666)
             meta = {**meta, "format": FORMAT}
             meta["checksum"] = _checksum(tmp / WEIGHTS, meta)
             (tmp / METADATA).write_text(json.dumps(meta, indent=2, sort_keys=True))
