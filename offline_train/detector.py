@@ -178,6 +178,9 @@ class KDSM(BaseEstimator):
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
         if len(names) != X.shape[1]:  # else a torch shape error deep in training
             raise ValueError(f"{len(names)} feature name(s) for the {X.shape[1]} column(s) of X")
+        twice = sorted({f for f in names if names.count(f) > 1})
+        if twice:  # else the model saves, and its load refuses it (explanations name features)
+            raise ValueError(f"feature(s) named twice: {', '.join(map(str, twice))}")
         train_X, cal_X = self._holdout_split(X)
         scaler = scaler or Scaler.fit(train_X, self.scale_discrete, self._category_columns())
         sig = KurtosisSigmas.from_config(self.sigma_config).fit(train_X, scaler)

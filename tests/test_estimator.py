@@ -86,6 +86,12 @@ def test_feature_names_of_the_wrong_count_are_a_value_error_naming_both(names):
         tiny().fit(np.random.default_rng(0).normal(size=(40, 3)), feature_names=names)
 
 
+def test_feature_names_given_twice_are_a_value_error_not_a_model_that_will_not_load():
+    """fit trained and saved such a model, and its load refused it (feature names must be unique)."""
+    with pytest.raises(ValueError, match="feature\\(s\\) named twice: a"):
+        tiny().fit(np.random.default_rng(0).normal(size=(40, 3)), feature_names=["a", "b", "a"])
+
+
 def test_fit_trains_on_a_seeded_sample_of_max_train_rows_as_fit_source_does():
     """fit ignored max_train_rows (only fit_source sampled). Data within the cap trains exactly as before."""
     from offline_train.config import CalibrationConfig
