@@ -126,6 +126,7 @@ def test_live_thresholds_keep_only_the_serving_version_and_the_one_it_replaced(r
         for m in models:
             assert live.get(m) == m.thresholds_
         assert live.get(models[6]) == models[6].thresholds_  # back to the one it replaced: still cached
+        time.sleep(0.5)  # a refresh that began before the swaps (its list of versions copied) ends in this window
         reads.clear()
         time.sleep(1.0)
         assert set(reads) == {"v6", "v7"}, reads
