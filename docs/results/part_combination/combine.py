@@ -67,7 +67,9 @@ VARIANTS = {
 }
 
 
-def main(argv):
+def main(argv, variants=VARIANTS):
+    """``variants``: name -> function of a per-row file giving the test rows' scores (``../kept_moments/moments.py``
+    passes its own)."""
     if len(argv) < 4:
         raise SystemExit(__doc__.strip().splitlines()[-1].strip())
     out, results, dirs = Path(argv[1]), argv[2].split(","), argv[3:]
@@ -83,7 +85,7 @@ def main(argv):
         d = np.load(f)
         y = d["y_test"]
         per[f.stem] = {"dataset": ds, "iforest": iforest.get((ds, int(seed), setting, split))}
-        for name, fn in VARIANTS.items():
+        for name, fn in variants.items():
             s = fn(d)
             per[f.stem][name] = (float(average_precision_score(y, s)), float(roc_auc_score(y, s)))
     out.write_text(json.dumps(per, indent=1))
@@ -92,7 +94,7 @@ def main(argv):
     datasets = sorted({v["dataset"] for v in per.values()})
     print(f"{len(per)} trainings, {len(datasets)} datasets (each averaged over its seeds); mean AUC-PR / AUC-ROC; "
           "'above' = datasets above IForest's bench rows, AUC-PR / AUC-ROC")
-    for name in [*VARIANTS, "iforest"]:
+    for name in [*variants, "iforest"]:
         m = {ds: np.mean([v[name] for v in per.values() if v["dataset"] == ds], 0) for ds in datasets}
         f = {ds: np.mean([v["iforest"] for v in per.values() if v["dataset"] == ds], 0) for ds in datasets}
         mean = np.mean(list(m.values()), 0)
