@@ -170,12 +170,15 @@ def test_severities_in_order_or_of_other_names_pass():
 
 
 def test_an_artifact_with_warning_above_critical_still_loads(tiny_model_dir, tmp_path):
-    """The order is a rule for training: an artifact trained before it (registered, serving) keeps loading."""
+    """The order is a rule for training: an artifact trained before it (registered, serving) keeps loading. Its
+    thresholds are what calibration gave those quantiles (warning's above critical's): load checks that they are."""
     from offline_train.artifact import read_artifact, write_artifact
+    from offline_train.calibrate import Calibration
     from offline_train.detector import KDSM
 
     tensors, meta = read_artifact(tiny_model_dir)
     meta["quantiles"] = {"warning": 0.999, "critical": 0.99}
+    meta["thresholds"] = Calibration.fit(tensors["calibration_scores"].numpy(), meta["quantiles"]).thresholds
     out = write_artifact(tmp_path / "inverted", tensors, meta)
     det = KDSM.load(out, device="cpu")
     assert det.calibration_config.severities == {"warning": 0.999, "critical": 0.99}

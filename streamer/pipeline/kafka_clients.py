@@ -60,20 +60,25 @@ def make_consumer(k, group_id: str | None = None, *, grouped: bool = True, **ext
 def make_producer(k, **extra) -> KafkaProducer:
     """acks=all; batching by linger_ms/batch_size so one flush per micro-batch sends few requests.
 
-    A record not delivered within ``kafka.delivery_timeout_s`` fails (``delivery_timeout_ms``; kafka-python's own
+    At least once, a record not delivered within ``kafka.delivery_timeout_s`` fails (``delivery_timeout_ms``; kafka-python's own
     default, 120 s, outlasted the checkpointer's wait): what the checkpointer re-sends has failed for good, it is
     not still queued to be written beside its copy. kafka-python requires delivery_timeout_ms >= linger_ms +
-    request_timeout_ms, hence the request timeout (30 s by default) within it.
+    request_timeout_ms, hence the request timeout (30 s by default) within it. The transactional producer (exactly
+    once) keeps kafka-python's timeouts.
     """
-    delivery_ms = int(k.delivery_timeout_s * 1000)
     opts = {"acks": "all", "linger_ms": k.linger_ms, "batch_size": k.producer_batch_bytes,
             "client_id": k.client_id, "retries": 5, "enable_idempotence": k.idempotent_producer,
-            "delivery_timeout_ms": delivery_ms, **client_kwargs(k)}
+            **client_kwargs(k)}
     if extra.get("transactional_id"):
         opts["enable_idempotence"] = True  # transactions need it, whatever the at-least-once setting says
+    else:
+        # At least once re-sends what failed: bound a record's life so nothing re-sent is still queued. A transaction
+        # is never re-sent (an abort re-reads its events) and keeps kafka-python's timeouts: a 2 s request timeout
+        # turned a stalled broker's unresolved commit into a fatal transactional error.
+        opts["delivery_timeout_ms"] = int(k.delivery_timeout_s * 1000)
     opts.update(extra)
-    # From the final linger_ms: the benches pass their own (a request timeout from the config's made kafka-python refuse it)
-    opts.setdefault("request_timeout_ms", max(1, min(30000, opts["delivery_timeout_ms"] - opts["linger_ms"])))
+    if "delivery_timeout_ms" in opts:  # from the final linger_ms: the benches pass their own
+        opts.setdefault("request_timeout_ms", max(1, min(30000, opts["delivery_timeout_ms"] - opts["linger_ms"])))
     return _reach(k, lambda: KafkaProducer(**opts))
 
 
