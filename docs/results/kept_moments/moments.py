@@ -1,6 +1,6 @@
 """The blend's moments over the rows the default keeps, instead of every training row (issue 11, forty-first pass).
 
-Reads per-row files of ``keptparts.py``. The default standardises each of its three parts by the mean and standard
+Reads per-row files of ``../score_space/scorespace.py``. The default standardises each of its three parts by the mean and standard
 deviation over every training row, anomalies of contaminated history included: a part that separates those anomalies
 well has its spread widened by them, so its z-scores shrink exactly where it sees most. The variant, fixed before any
 run, takes each part's moments over the kept rows instead (the ``keep`` share the trained network scores lowest: the
