@@ -341,11 +341,9 @@ class LiveThresholds:
         if bad is not None:  # written by hand (``set`` and ``reset`` keep the order): refused, the last set stays
             kept = self._cache.get(version, artifact)
             if self._bad_order.get(version) != new:
-                milder, severer = bad
                 fix = " or ".join(f"`kdsm thresholds reset --severity {s}`" for s in order_repairs(artifact, over))
                 log.warning({"event": "bad_thresholds", "version": version, "thresholds": new,
-                             "why": f"{severer} ({new[severer]:g}) is below {milder} ({new[milder]:g}): a more severe "
-                                    "threshold must not be lower (written by hand?)",
+                             "why": order_why(new, bad) + ": a more severe threshold must not be lower (written by hand?)",
                              "kept": kept,
                              "action": "refused: scoring keeps the thresholds kept until the order is restored ("
                                        + (f"{fix}, or " if fix else "") + "`kdsm thresholds reset` for all)"})
@@ -408,6 +406,16 @@ def order_violation(artifact: dict[str, float], proposed: dict[str, float]) -> t
         if proposed[severer] < proposed[milder]:
             return milder, severer
     return None
+
+
+def order_why(thresholds: dict[str, float], bad: tuple[str, str]) -> str:
+    """What is out of order in ``thresholds``, for ``order_violation``'s pair ``bad``.
+
+    >>> order_why({"warning": 5.0, "critical": 2.0}, ("warning", "critical"))
+    'critical (2) is below warning (5)'
+    """
+    milder, severer = bad
+    return f"{severer} ({thresholds[severer]:g}) is below {milder} ({thresholds[milder]:g})"
 
 
 def order_repairs(artifact: dict[str, float], over: dict[str, dict]) -> list[str]:
@@ -484,9 +492,7 @@ class ThresholdOps:
                "overrides": over, "ignored": ignored}
         bad = order_violation(self.model.thresholds_, eff)
         if bad is not None:
-            milder, severer = bad
-            out["refused"] = {"pair": [milder, severer],
-                              "why": f"{severer} ({eff[severer]:g}) is below {milder} ({eff[milder]:g})",
+            out["refused"] = {"pair": list(bad), "why": order_why(eff, bad),
                               "streamers": "keep the thresholds they last applied (the artifact's if none)",
                               "repair": [f"kdsm thresholds reset --severity {s}"
                                          for s in order_repairs(self.model.thresholds_, over)] or ["kdsm thresholds reset"]}

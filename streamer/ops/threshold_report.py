@@ -129,7 +129,12 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     import redis
 
     from streamer.lifecycle.control import redis_client
-    from streamer.lifecycle.thresholds import ThresholdStore, effective_thresholds, order_violation
+    from streamer.lifecycle.thresholds import (
+        ThresholdStore,
+        effective_thresholds,
+        order_violation,
+        order_why,
+    )
 
     r = settings.redis
     try:
@@ -143,8 +148,7 @@ def current_thresholds(settings, model) -> tuple[dict[str, float], str]:
     eff = effective_thresholds(model.thresholds_, over)
     bad = order_violation(model.thresholds_, eff)
     if bad is not None:
-        milder, severer = bad
-        why = f"{severer} ({eff[severer]:g}) is below {milder} ({eff[milder]:g})"
+        why = order_why(eff, bad)
         log.warning({"event": "report_thresholds_refused", "why": why, "action": "using the artifact's thresholds"})
         return dict(model.thresholds_), f"artifact (the Redis set is refused by streamers: {why}; see kdsm thresholds show)"
     return eff, ("redis" if over else "artifact")
