@@ -172,6 +172,15 @@ class Partition:
     rows_skipped: int = 0  # set by a pass over it
 
 
+def named_twice(names) -> list[str]:
+    """The names that occur more than once, sorted.
+
+    >>> named_twice(["a", "b", "a", "c", "b"])
+    ['a', 'b']
+    """
+    return sorted({f for f in names if names.count(f) > 1})
+
+
 @dataclass
 class ParquetSource:
     """Streams a Parquet dataset as float64 feature batches (plus labels when named)."""
@@ -200,7 +209,7 @@ class ParquetSource:
             exclude.add(self.label_column)
         self.has_labels = bool(self.label_column) and self.label_column in schema.names
         if self.features is not None and self.encoder is None:
-            twice = sorted({f for f in self.features if self.features.count(f) > 1})
+            twice = named_twice(self.features)
             if twice:
                 raise DataError(f"feature(s) named twice: {', '.join(twice)}")
             reserved = [f for f in self.features if f in exclude]

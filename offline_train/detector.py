@@ -41,7 +41,7 @@ from .config import (
     SigmaConfig,
     TrainSettings,
 )
-from .data import DataError, ParquetSource, bounded_sample
+from .data import DataError, ParquetSource, bounded_sample, named_twice
 from .engine import LocalEngine
 from .features import FittedFeatures
 from .isolation import IsolationScorer, fit_forest
@@ -178,7 +178,7 @@ class KDSM(BaseEstimator):
         names = list(feature_names) if feature_names is not None else [f"f{j}" for j in range(X.shape[1])]
         if len(names) != X.shape[1]:  # else a torch shape error deep in training
             raise ValueError(f"{len(names)} feature name(s) for the {X.shape[1]} column(s) of X")
-        twice = sorted({f for f in names if names.count(f) > 1})
+        twice = named_twice(names)
         if twice:  # else the model saves, and its load refuses it (explanations name features)
             raise ValueError(f"feature(s) named twice: {', '.join(map(str, twice))}")
         train_X, cal_X = self._holdout_split(X)
