@@ -192,8 +192,7 @@ class Checkpointer:
         ``on_acked(metadata)`` runs on the producer's I/O thread when the message, a re-send or its fallback is
         acknowledged.
         """
-        s = self._sent(Send(topic, key, value, self._send(topic, key, value, headers), headers=headers,
-                            on_acked=on_acked))
+        s = self._dispatch(topic, key, value, headers, on_acked)
         batch.sends.append(s)
         return s.future
 
@@ -272,10 +271,13 @@ class Checkpointer:
         return self._committed(ready)
 
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _sent(s: Send) -> Send:
-        if s.on_acked is not None:
-            s.future.add_callback(s.on_acked)
+    def _dispatch(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
+                  on_acked: Callable | None = None, fallback: bool = False) -> Send:
+        """Send one message; ``on_acked`` follows it, as it follows a re-send or a fallback in its place."""
+        s = Send(topic, key, value, self._send(topic, key, value, headers), fallback=fallback, headers=headers,
+                 on_acked=on_acked)
+        if on_acked is not None:
+            s.future.add_callback(on_acked)
         return s
 
     def _send(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None) -> Future:
@@ -333,8 +335,7 @@ class Checkpointer:
             last = attempt >= self.resend_attempts
             batch.sends = [s for s in batch.sends if s.ok()] + [
                 self._fall_back(s) if last or not _retriable(s)
-                else self._sent(Send(s.topic, s.key, s.value, self._send(s.topic, s.key, s.value, s.headers),
-                                     headers=s.headers, on_acked=s.on_acked))
+                else self._dispatch(s.topic, s.key, s.value, s.headers, s.on_acked)
                 for s in failed]
         raise DeliveryError(f"{len(failed)} alert/dead-letter message(s) and their fallbacks were not acknowledged "
                             "by the broker; offsets not committed")
@@ -347,8 +348,7 @@ class Checkpointer:
             self.metrics.fallbacks.labels(s.topic).inc()
         log.warning({"event": "publish_fallback", "topic": s.topic, "original_bytes": len(s.value), "error": error})
         key, headers = fallback_key(s.key), fallback_headers(s.headers)
-        return self._sent(Send(s.topic, key, value, self._send(s.topic, key, value, headers), fallback=True,
-                               headers=headers, on_acked=s.on_acked))
+        return self._dispatch(s.topic, key, value, headers, s.on_acked, fallback=True)
 
     def _acked_offsets(self, batches: list[InFlight]) -> dict[TopicPartition, OffsetAndMetadata]:
         """Steps 2-3 for every batch, then the offsets to commit (oldest first: a later batch's supersedes)."""
@@ -463,8 +463,7 @@ class TransactionalCheckpointer(Checkpointer):
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
              on_acked: Callable | None = None) -> Future:
         self._begin()  # step 1
-        s = self._sent(Send(topic, key, value, self._send(topic, key, value, headers), headers=headers,
-                            on_acked=on_acked))
+        s = self._dispatch(topic, key, value, headers, on_acked)
         if s.future.is_done and not s.future.succeeded() and not _retriable(s):
             s = self._fall_back(s)  # refused before it left (too large): the small record, same transaction
         batch.sends.append(s)
