@@ -41,7 +41,8 @@ class Calibration:
         Raises ValueError unless the scores are a non-empty 1-D run of finite values in ascending order (what
         ``p_values`` and ``quantile_of`` binary-search), as many as the metadata's ``calibration.n`` where it says,
         and the thresholds and quantiles are mappings of the same severity names, the thresholds finite numbers
-        ordered like their quantiles.
+        ordered like their quantiles and, as every score is a norm, none below zero (a tampered -1e9 would alert on
+        every event).
         """
         s = np.asarray(scores, dtype=np.float64)
         if s.ndim != 1 or len(s) == 0:
@@ -56,8 +57,8 @@ class Calibration:
         if not isinstance(meta["thresholds"], dict) or not isinstance(meta["quantiles"], dict):
             raise ValueError("thresholds and quantiles must be mappings of severity names")
         thresholds = {str(k): float(v) for k, v in meta["thresholds"].items()}
-        if not all(np.isfinite(t) for t in thresholds.values()):
-            raise ValueError("thresholds must be finite")
+        if not all(np.isfinite(t) and t >= 0 for t in thresholds.values()):
+            raise ValueError(f"thresholds {thresholds} must be finite numbers >= 0 (a score is a norm)")
         quantiles = {str(k): float(v) for k, v in meta["quantiles"].items()}
         if sorted(thresholds) != sorted(quantiles):
             raise ValueError(f"thresholds of {sorted(thresholds)} for the severities {sorted(quantiles)}: the names must match")

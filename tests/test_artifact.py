@@ -196,6 +196,8 @@ SHAPE_TAMPERING = {  # name: (metadata edit, weights edit, what the refusal says
                                   "the names must match"),
     "thresholds out of order": (_set("thresholds", lambda v: {"warning": v["critical"] + 1, "critical": v["critical"]}),
                                 None, "not ordered like their quantiles"),
+    "thresholds negative": (_set("thresholds", lambda v: {"warning": -1e9, "critical": v["critical"]}), None,
+                            "must be finite numbers >= 0"),
     "feature named twice": (lambda m: m.update(features=[m["features"][0], *m["features"][:-1]],
                                                schema_hash=schema_hash([m["features"][0], *m["features"][:-1]])),
                             None, "feature names must be unique"),
