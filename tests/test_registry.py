@@ -265,3 +265,224 @@ def test_a_repair_that_fails_to_publish_leaves_the_stored_copy_where_it_was(regi
         registry.add_artifact(tiny_model_dir)
     assert w.read_bytes() == bytes(data)  # still there, as it was
     assert (w.parent / "metadata.json").is_file()
+
+
+# ---------------------------------------------------------------------- retention: prune
+def _versions(registry, n: int, src) -> list[str]:
+    """Versions v0..v(n-1), each a copy of one artifact in the store, registered oldest first, a second apart."""
+    out = []
+    for i in range(n):
+        registry.store.put(f"v{i}", src)
+        registry.register(f"v{i}", {"status": "registered"})
+        registry.r.zadd(registry.keys.versions, {f"v{i}": 1000.0 + i})  # registration order, whatever the clock did
+        out.append(f"v{i}")
+    return out
+
+
+def _registered(registry) -> list[str]:
+    return [m["version"] for m in registry.list()]
+
+
+def test_prune_keeps_the_newest_and_removes_the_oldest_with_their_artifacts(registry, tiny_model_dir):
+    vs = _versions(registry, 5, tiny_model_dir)
+    registry.promote("v4")
+    res = registry.prune(2)
+    assert [p["version"] for p in res["pruned"]] == ["v2", "v1", "v0"]
+    assert [(k["version"], k["why"]) for k in res["kept"]] == [("v4", "current"), ("v3", "among the newest 2")]
+    assert res["skipped"] == res["artifact_errors"] == [] and res["keep"] == 2 and not res["dry_run"]
+    assert _registered(registry) == ["v4", "v3"]
+    for v in vs[:3]:
+        assert not registry.store.exists(v) and registry.get(v) is None
+    assert registry.store.exists("v3") and registry.store.exists("v4")
+    audit = registry.history()
+    assert [(h["action"], h["from"]) for h in audit[:3]] == [("prune", "v0"), ("prune", "v1"), ("prune", "v2")]
+    assert audit[0]["reason"] == "retention: keep the newest 2"
+    assert registry.prune(2)["pruned"] == []  # nothing more to do
+    with pytest.raises(RegistryError, match="positive integer"):
+        registry.prune(0)
+
+
+def test_prune_never_removes_current_previous_or_validating(registry, tiny_model_dir):
+    _versions(registry, 6, tiny_model_dir)
+    registry.promote("v1")
+    registry.promote("v0")  # the oldest is current, the next one previous
+    registry.update("v2", status="validating")
+    res = registry.prune(1)
+    kept = {k["version"]: k["why"] for k in res["kept"]}
+    assert kept == {"v5": "among the newest 1", "v0": "current", "v1": "previous (rollback's target)",
+                    "v2": "validating (a retrain's gate has not finished)"}
+    assert [p["version"] for p in res["pruned"]] == ["v4", "v3"]
+    assert sorted(_registered(registry)) == ["v0", "v1", "v2", "v5"]
+    assert registry.rollback() == ("v0", "v1")  # rollback's target is whole
+
+
+def test_prune_dry_run_changes_nothing(registry, tiny_model_dir):
+    _versions(registry, 4, tiny_model_dir)
+    registry.promote("v3")
+    log_len = registry.r.xlen(registry.keys.log)
+    res = registry.prune(1, dry_run=True)
+    assert res["dry_run"] and "pruned" not in res
+    assert [p["version"] for p in res["would_prune"]] == ["v2", "v1", "v0"]
+    assert res["would_prune"][0]["artifact"] == str(registry.store.location("v2"))
+    assert _registered(registry) == ["v3", "v2", "v1", "v0"] and registry.r.xlen(registry.keys.log) == log_len
+    assert all(registry.store.exists(v) for v in ("v0", "v1", "v2", "v3"))
+
+
+def test_promote_of_a_pruned_version_is_refused(registry, tiny_model_dir):
+    _versions(registry, 3, tiny_model_dir)
+    registry.promote("v2")
+    registry.prune(1)
+    with pytest.raises(RegistryError, match="unknown model version 'v0'"):
+        registry.promote("v0", force=True)
+    # A promote racing the prune: it read the entry and checked the artifact, then the prune's script took the
+    # version out of the versions set before the promote's script ran. The promote's script refuses it; nothing moves.
+    registry.store.put("late", tiny_model_dir)
+    registry.register("late", {"status": "registered"})
+    real_check = registry._check_artifact
+
+    def check_then_pruned(version, refused):
+        real_check(version, refused)
+        registry.r.zrem(registry.keys.versions, version)
+
+    registry._check_artifact = check_then_pruned
+    log_len = registry.r.xlen(registry.keys.log)
+    with pytest.raises(RegistryError, match="^version late was pruned from the registry while it was being promoted"):
+        registry.promote("late")
+    assert registry.pointers() == {"current": "v2", "previous": None}
+    assert registry.r.xlen(registry.keys.log) == log_len  # none recorded for the refused one
+
+
+def test_prune_script_refuses_a_version_that_became_current_or_previous_or_changed(registry, tiny_model_dir):
+    """The race guard: a version listed as prunable that a promote made current (or previous, or whose entry changed)
+    before the prune's script ran stays registered and keeps its artifact."""
+    _versions(registry, 5, tiny_model_dir)
+    registry.promote("v4")
+    kept, candidates = registry._prune_plan(1)
+    assert [v for v, _ in candidates] == ["v3", "v2", "v1", "v0"]
+    entries = dict(candidates)
+    registry.promote("v0")  # lands between the listing and the script
+    assert registry._prune_entry("v0", entries["v0"], "test") == "current"
+    registry.promote("v1")  # v0 is previous now
+    assert registry._prune_entry("v0", entries["v0"], "test") == "previous"
+    registry.update("v2", status="validating")  # a retrain's entry moved on since the listing
+    assert registry._prune_entry("v2", entries["v2"], "test") == "changed"
+    assert sorted(_registered(registry)) == ["v0", "v1", "v2", "v3", "v4"]
+    assert all(registry.store.exists(v) for v in ("v0", "v1", "v2"))
+    assert registry._prune_entry("v3", entries["v3"], "test") == "pruned"
+    assert registry._prune_entry("v3", entries["v3"], "test") == "gone"
+    # Through prune: what a race keeps is reported as skipped, with why.
+    registry.r.zadd(registry.keys.versions, {"v3": 999.0})
+    registry.r.set(registry.keys.version("v3"), entries["v3"])
+    real = registry._prune_entry
+
+    def racing(version, entry, reason):
+        if version == "v3":
+            registry.promote("v3")
+        return real(version, entry, reason)
+
+    registry._prune_entry = racing
+    res = registry.prune(1)
+    assert {s["version"]: s["why"] for s in res["skipped"]} == {
+        "v3": "became current while the prune ran (a promote or rollback): kept"}
+    assert registry.pointers()["current"] == "v3" and registry.store.exists("v3")
+
+
+def test_prune_reports_an_artifact_it_could_not_delete_and_prunes_the_rest(registry, tiny_model_dir, monkeypatch):
+    from offline_train.storage import StorageError
+
+    _versions(registry, 4, tiny_model_dir)
+    registry.promote("v3")
+    real = registry.store.delete
+
+    def delete(version):
+        if version == "v1":
+            raise StorageError("s3://b/models/v1: cannot reach the object store at http://x")
+        real(version)
+
+    monkeypatch.setattr(registry.store, "delete", delete)
+    res = registry.prune(1)
+    assert [p["version"] for p in res["pruned"]] == ["v2", "v1", "v0"]
+    assert res["artifact_errors"] == [{"version": "v1", "artifact": str(registry.store.location("v1")),
+                                       "error": "s3://b/models/v1: cannot reach the object store at http://x"}]
+    assert _registered(registry) == ["v3"]
+    assert not registry.store.exists("v0") and not registry.store.exists("v2") and registry.store.exists("v1")
+
+
+@pytest.fixture
+def registry_config(registry, redis_url, tmp_path) -> str:
+    import yaml
+
+    p = tmp_path / "kdsm.yaml"
+    p.write_text(yaml.safe_dump({"redis": {"url": redis_url, "key_prefix": registry.keys.prefix},
+                                 "registry": {"store_dir": str(registry.store.root)}}))
+    return str(p)
+
+
+def test_kdsm_models_prune(registry, registry_config, tiny_model_dir, capsys):
+    from streamer.ops.cli import main as kdsm
+
+    _versions(registry, 4, tiny_model_dir)
+    registry.promote("v3")
+    for bad in ("0", "-1"):
+        with pytest.raises(SystemExit) as exited:  # argparse's usage error, as for any bad argument
+            kdsm(["models", "prune", "--keep", bad, "--config", registry_config])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"--keep: expected a positive integer, got {bad}" in err, err
+    assert kdsm(["models", "prune", "--keep", "2", "--dry-run", "--config", registry_config]) == 0
+    assert [p["version"] for p in json.loads(capsys.readouterr().out)["would_prune"]] == ["v1", "v0"]
+    assert len(_registered(registry)) == 4
+    assert kdsm(["models", "prune", "--keep", "2", "--reason", "tidy", "--config", registry_config]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["version"] for p in out["pruned"]] == ["v1", "v0"] and _registered(registry) == ["v3", "v2"]
+    assert registry.history()[0]["reason"] == "tidy"
+    assert kdsm(["models", "prune", "--config", registry_config]) == 0  # default --keep 10: nothing to prune
+    assert json.loads(capsys.readouterr().out)["pruned"] == []
+
+
+def test_kdsm_models_prune_with_redis_down_is_one_line(tmp_path, capsys):
+    import yaml
+
+    from streamer.dev.local_services import free_port
+    from streamer.ops.cli import main as kdsm
+
+    p = tmp_path / "kdsm.yaml"
+    p.write_text(yaml.safe_dump({"redis": {"url": f"redis://127.0.0.1:{free_port()}/0", "connect_timeout_s": 0.5},
+                                 "registry": {"store_dir": str(tmp_path / "store")}}))
+    assert kdsm(["models", "prune", "--keep", "1", "--config", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unreachable" in err and "Traceback" not in err, err
+
+
+def test_prune_from_an_s3_store(s3_root, s3_endpoint, redis_client, redis_url, unique, tiny_model_dir, tmp_path,
+                                monkeypatch, capsys):
+    import yaml
+
+    from offline_train import storage
+    from offline_train.config import StorageConfig
+    from streamer.dev import local_services
+    from streamer.lifecycle.registry import ArtifactStore
+    from streamer.ops.cli import main as kdsm
+
+    reg = ModelRegistry(redis_client, ArtifactStore(f"{s3_root}/models"), prefix=f"t{unique}:")
+    _versions(reg, 3, tiny_model_dir)
+    reg.promote("v2")
+    assert all(reg.store.exists(v) for v in ("v0", "v1", "v2"))
+    config = tmp_path / "kdsm.yaml"
+    config.write_text(yaml.safe_dump({"redis": {"url": redis_url, "key_prefix": f"t{unique}:"},
+                                      "registry": {"store_dir": f"{s3_root}/models"}}))
+    # An endpoint that is down: one line, exit 2, nothing removed.
+    monkeypatch.setenv("KDSM_STORAGE__S3_ENDPOINT", "http://127.0.0.1:1")
+    assert kdsm(["models", "prune", "--keep", "1", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot reach the object store at http://127.0.0.1:1" in err, err
+    assert _registered(reg) == ["v2", "v1", "v0"]
+    monkeypatch.setenv("KDSM_STORAGE__S3_ENDPOINT", s3_endpoint)
+    storage.configure(StorageConfig(s3_endpoint=s3_endpoint, s3_access_key=local_services.S3_ACCESS_KEY,
+                                    s3_secret_key=local_services.S3_SECRET_KEY))
+    res = reg.prune(1)
+    assert [p["version"] for p in res["pruned"]] == ["v1", "v0"] and res["artifact_errors"] == []
+    assert res["pruned"][0]["artifact"] == f"{s3_root}/models/v1"
+    assert not reg.store.exists("v0") and not reg.store.exists("v1") and reg.store.exists("v2")
+    assert not storage.list_files(f"{s3_root}/models/v0")  # every object gone, not just the manifest
+    assert _registered(reg) == ["v2"]

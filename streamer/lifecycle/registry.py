@@ -6,6 +6,10 @@
   summary, gate result) as JSON in Redis, the ``current`` and ``previous``
   pointers in one hash, changed atomically by a Lua script that also
   publishes the new version on a channel and appends to an audit stream.
+- Retention: ``ModelRegistry.prune(keep)`` removes the versions beyond the
+  newest ``keep``, never the current or previous one nor one still
+  ``validating``; each entry leaves Redis in one Lua step that checks the
+  pointers, and only then is its artifact deleted from the store.
 - ``RegistryModelProvider``: what a streamer asks for its model between
   batches. A background thread listens on the channel and re-reads the
   pointer every ``check_interval_s`` (pub/sub can drop messages); a new
@@ -103,11 +107,16 @@ class ArtifactStore:
         return publish_artifact(src, self.location(version))
 
     def delete(self, version: str) -> None:
+        """Remove ``version``'s artifact. One that is not there is no error; one that cannot be removed raises
+        ``OSError`` (``StorageError`` for an object store: unreachable, denied)."""
         if self.remote:
             storage.delete_file(storage.join(self.location(version), METADATA))  # unpublish first
             storage.delete_dir(self.location(version))
         else:
-            shutil.rmtree(self.location(version), ignore_errors=True)
+            try:
+                shutil.rmtree(self.location(version))
+            except FileNotFoundError:
+                pass
 
 
 LocalArtifactStore = ArtifactStore  # the name before object stores
@@ -123,11 +132,13 @@ class CurrentChanged(RegistryError):
 
 
 # Atomic pointer moves: read, move, publish and audit in one server-side step. A promotion under a lock
-# (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step; one
-# with ARGV[7] = '1' only if current is still ARGV[8] ('' = none), else 0.
+# (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step; only
+# of a version still in the versions set (KEYS[4]; else -1: pruned since promote read it, its artifact going or
+# gone); one with ARGV[7] = '1' only if current is still ARGV[8] ('' = none), else 0.
 # A rollback moves them only if previous is still ARGV[4], the version whose artifact it checked (else 0).
 _PROMOTE = """
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
+if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return -1 end
 local cur = redis.call('HGET', KEYS[1], 'current')
 if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return 0 end
 if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
@@ -147,6 +158,27 @@ redis.call('PUBLISH', ARGV[1], prev)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', 'rollback', 'from', cur or '', 'to', prev, 'reason', ARGV[2], 'time', ARGV[3])
 return {cur or '', prev}
 """
+# Retention: version ARGV[1] leaves the registry (versions set KEYS[2], entry KEYS[3]; audited in KEYS[4]) only if it
+# is neither current nor previous now (KEYS[1]), is still registered, and its entry is still what prune judged it by
+# (ARGV[2]: '1' and the entry, or '0' for none; so a version that became "validating" since is kept). The artifact is
+# deleted by the caller, only once this returned 'pruned': a promote racing it finds the version gone (_PROMOTE: -1).
+_PRUNE = """
+if redis.call('HGET', KEYS[1], 'current') == ARGV[1] then return 'current' end
+if redis.call('HGET', KEYS[1], 'previous') == ARGV[1] then return 'previous' end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 'gone' end
+local entry = redis.call('GET', KEYS[3])
+if (entry and '1' .. entry or '0') ~= ARGV[2] then return 'changed' end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[3])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', 1000, '*', 'action', 'prune', 'from', ARGV[1], 'to', '', 'reason', ARGV[3], 'time', ARGV[4])
+return 'pruned'
+"""
+
+# What the prune script answers for a version it did not remove, as the reason in prune's output.
+_NOT_PRUNED = {"current": "became current while the prune ran (a promote or rollback): kept",
+               "previous": "became previous (rollback's target) while the prune ran: kept",
+               "gone": "no longer registered (another prune removed it): its artifact is left to that prune",
+               "changed": "its registry entry changed while the prune ran (a retrain's gate?): kept"}
 
 
 def _not_utf8_pointer(keys: Keys, field: str, value: str) -> RegistryError:
@@ -169,6 +201,7 @@ class ModelRegistry:
         self.keys = Keys(prefix)
         self._promote = client.register_script(_PROMOTE)
         self._rollback = client.register_script(_ROLLBACK)
+        self._prune = client.register_script(_PRUNE)
 
     @classmethod
     def from_settings(cls, settings, client=None) -> ModelRegistry:
@@ -248,11 +281,16 @@ class ModelRegistry:
         Read undecoded (``read_raw``): an entry written by hand that is not UTF-8 is damaged like any other, not a
         ``UnicodeDecodeError`` traceback in ``kdsm models list``.
         """
+        return self._entry(version)[1]
+
+    def _entry(self, version: str) -> tuple[str | None, dict | None]:
+        """(the entry as stored, its metadata): ``get``, with the text the metadata was read from (what prune's
+        script compares); (None, None) when the version has no entry."""
         key = self.keys.version(version)
         with self._state(version):
             raw = text_of(read_raw(self.r, "GET", key))
         if raw is None:
-            return None
+            return None, None
         try:
             meta = json_of(raw)
         except ValueError:
@@ -265,7 +303,7 @@ class ModelRegistry:
             what = " (not UTF-8)" if isinstance(raw, NotUtf8) else ""
             raise RegistryError(f"the registry entry of version {version!r} ({key}) is not a JSON object{what}: "
                                 f"{raw[:80]!r} (written by hand?): delete it (redis-cli DEL {key}){again}")
-        return meta
+        return raw, meta
 
     def list(self) -> list[dict]:
         """Registered versions, newest first, each with ``current`` / ``previous`` flags.
@@ -350,6 +388,8 @@ class ModelRegistry:
         check) the pointers move only if ``current`` is still that, checked in
         the same step: else ``CurrentChanged``, nothing moved (a retrain does
         not override an operator's promote or rollback made while it ran).
+        A version that left the versions set after it was read (``prune``
+        removed it: its artifact is going) is refused in the same step too.
         """
         meta = self.get(version)
         if meta is None:
@@ -365,9 +405,12 @@ class ModelRegistry:
                                 "use --force to promote anyway")
         was = self.checked_current_version()  # not UTF-8: the script's reply would hold it, undecodable
         with self._state(lock=bool(lock_token)):
-            res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock],
+            res = self._promote(keys=[self.keys.pointers, self.keys.log, self.keys.lock, self.keys.versions],
                                 args=[version, self.keys.channel, "promote", reason, _now_iso(), lock_token or "",
                                       "0" if expect_current is False else "1", expect_current or ""])
+        if res == -1:
+            raise RegistryError(f"version {version} was pruned from the registry while it was being promoted "
+                                "(kdsm models prune): not promoted")
         if res == 0:
             raise CurrentChanged(f"current is {self.current_version()} now, not {expect_current}: version {version} "
                                  "not promoted")
@@ -398,9 +441,93 @@ class ModelRegistry:
             raise RegistryError("nothing to roll back to: no previous version")
         return (res[0] or None), res[1]
 
+    # ------------------------------------------------------------ retention
+    def prune(self, keep: int, dry_run: bool = False, reason: str | None = None) -> dict:
+        """Remove the versions beyond the newest ``keep`` (by registration time, the versions set's score) and their
+        artifacts; returns what was pruned (``would_prune`` with ``dry_run``, which changes nothing), what was kept
+        and why, what a race kept (``skipped``) and the artifacts that could not be deleted (``artifact_errors``).
+
+        Never pruned, however old: the current and the previous version (rollback's target), a version whose status
+        is "validating" (a retrain whose gate has not finished) and one whose entry cannot be read (repair it first:
+        ``kdsm models list`` names it). Each version leaves Redis in one Lua step that checks, at that moment, that it
+        is neither current nor previous and that its entry is what it was judged by; only then is its artifact deleted
+        from the store. A deletion that fails (the store went away) is logged and reported in ``artifact_errors``, the
+        entry staying removed, and the others go on. An object store that cannot be reached before anything is removed
+        is a ``StorageError`` (one line), nothing removed.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise RegistryError(f"keep must be a positive integer (how many of the newest versions to keep), got {keep!r}")
+        kept, candidates = self._prune_plan(keep)
+        out = {"keep": keep, "dry_run": dry_run}
+        if dry_run:
+            return out | {"would_prune": [{"version": v, "artifact": str(self.store.location(v))}
+                                          for v, _ in candidates], "kept": kept}
+        if candidates and self.store.remote:
+            storage.check_bucket(self.store.root)  # unreachable now: one line, nothing removed
+        reason = reason or f"retention: keep the newest {keep}"
+        pruned, skipped, errors = [], [], []
+        for v, entry in candidates:
+            res = self._prune_entry(v, entry, reason)
+            if res != "pruned":
+                skipped.append({"version": v, "why": _NOT_PRUNED.get(res, res)})
+                continue
+            location = str(self.store.location(v))
+            pruned.append({"version": v, "artifact": location})
+            log.info({"event": "registry_pruned", "version": v, "reason": reason})
+            try:
+                self.store.delete(v)
+            except Exception as e:  # noqa: BLE001 - the entry is gone already: report the artifact left behind
+                text = str(e).strip() if isinstance(e, OSError) else f"{type(e).__name__}: {e}".strip()
+                error = text.splitlines()[0] if text else type(e).__name__
+                log.error({"event": "registry_prune_artifact_failed", "version": v, "artifact": location,
+                           "error": error, "action": "entry removed; delete the artifact by hand"})
+                errors.append({"version": v, "artifact": location, "error": error})
+        return out | {"pruned": pruned, "kept": kept, "skipped": skipped, "artifact_errors": errors}
+
+    def _prune_plan(self, keep: int) -> tuple[list[dict], list[tuple[str, str | None]]]:
+        """(kept: each ``{"version", "why"}``, newest first; candidates: (version, its entry as read), newest first)."""
+        ptr = self.pointers()  # a pointer that is not UTF-8: its one line, nothing pruned
+        with self._state():
+            members = read_raw(self.r, "ZREVRANGE", self.keys.versions, 0, -1)
+        kept, candidates = [], []
+        for rank, member in enumerate(members):
+            v = text_of(member)
+            if isinstance(v, NotUtf8):
+                kept.append({"version": v, "why": "unreadable: its name is not UTF-8 (kdsm models list names its "
+                                                  "repair)"})
+                continue
+            if v == ptr["current"]:
+                why = "current"
+            elif v == ptr["previous"]:
+                why = "previous (rollback's target)"
+            elif rank < keep:
+                why = f"among the newest {keep}"
+            else:
+                try:
+                    self.store.location(v)  # a name no artifact can have (written by hand): kept, named
+                    entry, meta = self._entry(v)
+                except RegistryError as e:
+                    why = f"unreadable: {e}"
+                else:
+                    if meta is not None and meta.get("status") == "validating":
+                        why = "validating (a retrain's gate has not finished)"
+                    else:
+                        candidates.append((v, entry))
+                        continue
+            kept.append({"version": v, "why": why})
+        return kept, candidates
+
+    def _prune_entry(self, version: str, entry: str | None, reason: str) -> str:
+        """One version out of Redis if the script finds it neither current nor previous and its entry still
+        ``entry``: 'pruned', else why not ('current', 'previous', 'gone', 'changed'). Deletes no artifact."""
+        with self._state(version):
+            res = self._prune(keys=[self.keys.pointers, self.keys.versions, self.keys.version(version), self.keys.log],
+                              args=[version, "0" if entry is None else "1" + entry, reason, _now_iso()])
+        return text_of(res)
+
     def history(self, count: int = 20) -> list[dict]:
-        """The newest promote / rollback records; read undecoded: a field written by hand that is not UTF-8 is shown
-        with U+FFFD."""
+        """The newest promote / rollback / prune records (a prune's ``from`` is the version it removed); read undecoded:
+        a field written by hand that is not UTF-8 is shown with U+FFFD."""
         with self._state():
             entries = read_raw(self.r, "XREVRANGE", self.keys.log, "+", "-", "COUNT", count)
         return [{text_of(k): text_of(v) for k, v in (fields or {}).items()} for _, fields in entries]

@@ -5,7 +5,9 @@ registered a model, or when another retrain holds the lock; 1 when training
 could not run (no/too little/corrupt data, training error); 2 when an object
 store (archive or registry) cannot be reached, as other user errors; 3 when the
 new model failed the validation gate. In every non-zero case the current model
-keeps serving.
+keeps serving. ``kdsm models prune`` exits 1 when a pruned version's artifact
+could not be deleted from the store (its registry entry is gone; the output
+names the artifact to delete by hand).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import sys
 
 from offline_train.argtypes import positive_int
 from offline_train.config import load_settings
+
+PRUNE_KEEP = 10  # `kdsm models prune` without --keep: the newest versions kept (besides current, previous, validating)
 
 
 def register(sub: argparse._SubParsersAction, settings_cls) -> None:
@@ -32,14 +36,16 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
                    help="JSON log lines on stderr from this level up")
     p.set_defaults(func=lambda a: _retrain(a, settings_cls))
 
-    p = sub.add_parser("models", help="the model registry: list, show, add, promote, rollback",
+    p = sub.add_parser("models", help="the model registry: list, show, add, promote, rollback, prune",
                        description="Versions live in the artifact store (registry.store_dir) and Redis; streamers with "
                                    "registry.enabled follow the current pointer and hot-swap between batches.")
     msub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     for name, help_ in (("list", "registered versions, newest first"), ("show", "one version's metadata"),
                         ("add", "register an artifact directory (e.g. from `kdsm train`)"),
                         ("promote", "make a version current (the old current becomes previous)"),
-                        ("rollback", "make the previous version current again")):
+                        ("rollback", "make the previous version current again"),
+                        ("prune", "remove old versions and their artifacts, keeping the newest --keep, the current and "
+                                  "the previous one and any still validating")):
         q = msub.add_parser(name, help=help_)
         q.add_argument("--config", help="YAML config file")
         if name in ("show", "promote"):
@@ -51,6 +57,12 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
             q.add_argument("--force", action="store_true", help="promote even a version that failed the gate")
         if name in ("promote", "rollback"):
             q.add_argument("--reason", default="manual", help="recorded in the registry log")
+        if name == "prune":
+            q.add_argument("--keep", type=positive_int, default=PRUNE_KEEP, metavar="N",
+                           help="how many of the newest versions (by registration time) to keep, at least 1")
+            q.add_argument("--dry-run", action="store_true", help="only say what would be pruned; change nothing")
+            q.add_argument("--reason", default=None, help="recorded in the registry log (default: retention: keep "
+                                                          "the newest N)")
         q.set_defaults(func=lambda a: _models(a, settings_cls))
 
 
@@ -138,6 +150,10 @@ def _models_with(a, s) -> int:
     elif a.action == "promote":
         old, new = reg.promote(a.version, reason=a.reason, force=a.force)
         _print({"previous": old, "current": new})
+    elif a.action == "prune":
+        res = reg.prune(a.keep, dry_run=a.dry_run, reason=a.reason)
+        _print(res)
+        return 1 if res.get("artifact_errors") else 0
     else:
         old, new = reg.rollback(reason=a.reason)
         _print({"rolled_back": old, "current": new})
