@@ -534,3 +534,15 @@ def test_a_stale_request_of_a_gone_watcher_is_claimed_once_it_is_stale_and_run_o
     assert _pending_with(reg) == []
     assert [f["status"] for _, f in reg.r.xrange(reg.keys.runs)] == ["promoted"]
     assert len(reg.list()) == 2 and reg.current_version() == out_b[0].version
+
+
+@pytest.mark.parametrize("key", ["LOCK_TTL_S", "REQUEST_DELAY_S", "WATCH_BLOCK_S"])
+def test_retrain_seconds_without_bound_are_refused_in_one_line(key, monkeypatch, capsys):
+    """`KDSM_RETRAIN__REQUEST_DELAY_S=1e12 kdsm retrain --watch` died with OverflowError (past threading.TIMEOUT_MAX);
+    a lock TTL of 1e12 s set a lock for ~31,000 years and killed the renewal thread: now the usual invalid-configuration
+    message, exit 2, before Redis is reached."""
+    monkeypatch.setenv(f"KDSM_RETRAIN__{key}", "1e12")
+    assert kdsm_main(["retrain", "--watch", "--max-runs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kdsm retrain: error: invalid configuration"), err
+    assert f"retrain.{key.lower()}: Input should be less than or equal to" in err and "Traceback" not in err, err

@@ -19,6 +19,10 @@ from pydantic import Field, model_validator
 
 from offline_train.config import Section
 
+# Upper bound of the seconds fields: far below threading.TIMEOUT_MAX (~292 years; a wait beyond it is an OverflowError)
+# and Redis's expiry range, and longer than any sensible lock, delay or period.
+DAY_S = 86400.0
+
 
 class ArchiveConfig(Section):
     """Parquet archive of committed, scored events (the training data of the next model)."""
@@ -26,7 +30,7 @@ class ArchiveConfig(Section):
     dir: str | None = Field(None, description="archive root (dir/date=YYYY-MM-DD/part-*.parquet), a path or s3://bucket/prefix; None = archive off")
     spool_dir: str | None = Field(None, description="local directory of the open file when dir is an object store (keep it on a persistent disk: a restart recovers it); None = a folder under the system temp dir")
     max_file_bytes: int = Field(64 * 2**20, gt=0, description="roll the open file once its spool reaches this size")
-    max_file_seconds: float = Field(300.0, gt=0, description="roll the open file once it is this old")
+    max_file_seconds: float = Field(300.0, gt=0, le=DAY_S, description="roll the open file once it is this old (at most a day: the UTC date change closes it anyway)")
     retention_max_bytes: int | None = Field(10 * 2**30, gt=0, description="delete oldest closed files above this total; None = no bound")
     retention_max_age_hours: float | None = Field(14 * 24.0, gt=0, description="delete closed files older than this; None = no bound")
     fsync: bool = Field(True, description="fsync the spool after every batch (the crash window is then one batch)")
@@ -76,7 +80,7 @@ class DriftConfig(Section):
     hold_events: int = Field(300, ge=0, description="events skipped after a detector fires (a short burst passes in this time)")
     persist_events: int = Field(1000, gt=0, description="hysteresis: after the hold, the detector's shift must still show over this many events; the alert-rate signal must stay on this long")
     persist_z: float = Field(4.0, gt=0, description="z bound of the before/after mean test that confirms a detector firing")
-    cooldown_s: float = Field(3600.0, ge=0, description="after a drift event, none for this long (fleet-wide via Redis)")
+    cooldown_s: float = Field(3600.0, ge=0, le=30 * DAY_S, description="after a drift event, none for this long (fleet-wide via Redis; at most 30 days)")
     kafka_topic: str | None = Field("kdsm.drift", description="topic for drift events; None = Redis stream only")
     request_retrain: bool = Field(True, description="a drift event also writes a retrain request")
     stream_maxlen: int = Field(10000, gt=0, description="approximate cap of the Redis drift/request streams")
@@ -87,7 +91,7 @@ class RegistryConfig(Section):
 
     enabled: bool = Field(False, description="streamers serve the registry's current version and hot-swap on promote/rollback")
     store_dir: str = Field("runs/models", description="artifact store root: one directory per version; a path or s3://bucket/prefix")
-    check_interval_s: float = Field(10.0, gt=0, description="streamers re-read the pointer this often (pub/sub is the fast path)")
+    check_interval_s: float = Field(10.0, gt=0, le=DAY_S, description="streamers re-read the pointer this often (pub/sub is the fast path; at most a day)")
     device: str = Field("auto", description="device the retrain job loads the current model and its gate the new version onto (streamers use stream.device)")
 
 
@@ -103,9 +107,9 @@ class RetrainConfig(Section):
     gate_labelled_data: str | None = Field(None, description="Parquet with a label column: the new model must not be worse than current on it")
     gate_max_auc_pr_drop: float = Field(0.02, ge=0, description="allowed AUC-PR drop versus current on the labelled rows")
     auto_promote: bool = Field(True, description="promote a version that passes the gate (else register only)")
-    lock_ttl_s: float = Field(300.0, gt=1, description="lock expiry; the holder renews it every third of this")
-    request_delay_s: float = Field(600.0, ge=0, description="`--watch`: start this long after a request, so the archive holds data of the new regime (files close every archive.max_file_seconds)")
-    watch_block_s: float = Field(5.0, gt=0, description="`kdsm retrain --watch`: block this long per read of the request stream")
+    lock_ttl_s: float = Field(300.0, gt=1, le=DAY_S, description="lock expiry; the holder renews it every third of this (at most a day)")
+    request_delay_s: float = Field(600.0, ge=0, le=DAY_S, description="`--watch`: start this long after a request, so the archive holds data of the new regime (files close every archive.max_file_seconds; at most a day)")
+    watch_block_s: float = Field(5.0, gt=0, le=3600, description="`kdsm retrain --watch`: block this long per read of the request stream (at most an hour)")
 
     @model_validator(mode="after")
     def _gate_ratios_ordered(self) -> RetrainConfig:
