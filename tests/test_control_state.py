@@ -501,6 +501,36 @@ def test_registry_keys_of_the_wrong_type(registered, redis_client, config, capsy
         reg.list() if which != "log" else reg.history()
 
 
+def test_a_refused_pointer_move_or_prune_changes_nothing_and_publishes_nothing(registered, redis_client, redis_url,
+                                                                                config, capsys, tiny_model_dir):
+    """An audit stream of the wrong type: the scripts moved the pointers and published (streamers swapped), or removed
+    the entry (its artifact left for good), before XADD failed, and then reported failure."""
+    reg, v = registered
+    for name in ("old", "w"):
+        reg.store.put(name, tiny_model_dir)
+        reg.register(name, {"status": "registered"})
+    redis_client.zadd(reg.keys.versions, {"old": 1.0})  # the oldest: what the prune removes
+    reg.promote("w")  # current w, previous v: a rollback has somewhere to go
+    redis_client.delete(reg.keys.log)
+    redis_client.set(reg.keys.log, "oops")
+
+    def state():
+        return (redis_client.hgetall(reg.keys.pointers), redis_client.zrange(reg.keys.versions, 0, -1, withscores=True),
+                {m: redis_client.get(reg.keys.version(m)) for m in (v, "old", "w")})
+
+    before = state()
+    sub = connect(redis_url).pubsub()  # what a streamer hears
+    sub.subscribe(reg.keys.channel)
+    assert sub.get_message(timeout=1)["type"] == "subscribe"
+    for argv in (["promote", v], ["rollback"], ["prune", "--keep", "1"]):
+        err = _one_line_error(capsys, ["models", *argv, "--config", config])
+        assert f"Redis key {reg.keys.log} holds a string, not the stream" in err, (argv, err)
+        assert state() == before, argv
+        assert sub.get_message(timeout=0.5) is None, argv
+    assert reg.store.exists("old")
+    sub.close()
+
+
 def test_a_registry_entry_that_is_not_utf8_is_a_registry_error(registered, redis_client):
     reg, v = registered
     redis_client.set(reg.keys.version(v), NOT_UTF8)

@@ -131,46 +131,66 @@ class CurrentChanged(RegistryError):
     promote or rollback while a retrain ran)."""
 
 
+# A script that fails keeps the writes made before the failing command: each checks first the type of every key it
+# writes (a key written by hand) and answers WRONGTYPE before any write (expect_types names the key), then audits
+# first (XADD is what may still fail: the stream's last ID) and publishes last.
+_REFUSE_WRONG_TYPES = """
+local function wrong_type(...)
+  local kv = {...}
+  for i = 1, #kv, 2 do
+    local have = redis.call('TYPE', kv[i]).ok
+    if have ~= 'none' and have ~= kv[i + 1] then
+      return redis.error_reply('WRONGTYPE Redis key ' .. kv[i] .. ' holds a ' .. have .. ', not the ' .. kv[i + 1])
+    end
+  end
+end
+"""
 # Atomic pointer moves: read, move, publish and audit in one server-side step. A promotion under a lock
 # (ARGV[6] = its token, KEYS[3] = its key) happens only if the lock still holds that token, in the same step; only
 # of a version still in the versions set (KEYS[4]; else -1: pruned since promote read it, its artifact going or
 # gone); one with ARGV[7] = '1' only if current is still ARGV[8] ('' = none), else 0.
 # A rollback moves them only if previous is still ARGV[4], the version whose artifact it checked (else 0).
-_PROMOTE = """
+_PROMOTE = _REFUSE_WRONG_TYPES + """
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'stream')
+if bad then return bad end
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return false end
 if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return -1 end
 local cur = redis.call('HGET', KEYS[1], 'current')
 if ARGV[7] == '1' and (cur or '') ~= ARGV[8] then return 0 end
 if cur == ARGV[1] then return {redis.call('HGET', KEYS[1], 'previous') or '', cur} end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', ARGV[3], 'from', cur or '', 'to', ARGV[1], 'reason', ARGV[4], 'time', ARGV[5])
 if cur then redis.call('HSET', KEYS[1], 'previous', cur) end
 redis.call('HSET', KEYS[1], 'current', ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', ARGV[3], 'from', cur or '', 'to', ARGV[1], 'reason', ARGV[4], 'time', ARGV[5])
 return {cur or '', ARGV[1]}
 """
-_ROLLBACK = """
+_ROLLBACK = _REFUSE_WRONG_TYPES + """
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'stream')
+if bad then return bad end
 local cur = redis.call('HGET', KEYS[1], 'current')
 local prev = redis.call('HGET', KEYS[1], 'previous')
 if not prev or prev == '' then return false end
 if prev ~= ARGV[4] then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', 'rollback', 'from', cur or '', 'to', prev, 'reason', ARGV[2], 'time', ARGV[3])
 redis.call('HSET', KEYS[1], 'current', prev, 'previous', cur or '')
 redis.call('PUBLISH', ARGV[1], prev)
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', 1000, '*', 'action', 'rollback', 'from', cur or '', 'to', prev, 'reason', ARGV[2], 'time', ARGV[3])
 return {cur or '', prev}
 """
 # Retention: version ARGV[1] leaves the registry (versions set KEYS[2], entry KEYS[3]; audited in KEYS[4]) only if it
 # is neither current nor previous now (KEYS[1]), is still registered, and its entry is still what prune judged it by
 # (ARGV[2]: '1' and the entry, or '0' for none; so a version that became "validating" since is kept). The artifact is
 # deleted by the caller, only once this returned 'pruned': a promote racing it finds the version gone (_PROMOTE: -1).
-_PRUNE = """
+_PRUNE = _REFUSE_WRONG_TYPES + """
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'string', KEYS[4], 'stream')
+if bad then return bad end
 if redis.call('HGET', KEYS[1], 'current') == ARGV[1] then return 'current' end
 if redis.call('HGET', KEYS[1], 'previous') == ARGV[1] then return 'previous' end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 'gone' end
 local entry = redis.call('GET', KEYS[3])
 if (entry and '1' .. entry or '0') ~= ARGV[2] then return 'changed' end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', 1000, '*', 'action', 'prune', 'from', ARGV[1], 'to', '', 'reason', ARGV[3], 'time', ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', 1000, '*', 'action', 'prune', 'from', ARGV[1], 'to', '', 'reason', ARGV[3], 'time', ARGV[4])
 return 'pruned'
 """
 
