@@ -546,3 +546,25 @@ def test_retrain_seconds_without_bound_are_refused_in_one_line(key, monkeypatch,
     err = capsys.readouterr().err
     assert err.startswith("kdsm retrain: error: invalid configuration"), err
     assert f"retrain.{key.lower()}: Input should be less than or equal to" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("labels", ["no label column", "one class"])
+def test_labelled_gate_data_without_an_auc_pr_rejects_the_version(labels, tmp_path, redis_url, unique, tiny_model_dir):
+    """`retrain.gate_labelled_data` without the label column, or with labels of one class, skipped the AUC-PR check and
+    promoted the version (labels new/current None): the gate the docs promise did not run. It now fails, naming why."""
+    from offline_train.data import write_parquet
+
+    X, _ = make_blobs(n=400, seed=9)
+    y = None if labels == "no label column" else np.zeros(len(X), int)
+    labelled = write_parquet(tmp_path / "lab.parquet", X, FEATURES, y=y)
+    s = load_settings(Settings, None, **overrides(tmp_path, redis_url, unique, gate_labelled_data=str(labelled),
+                                                  gate_max_alert_ratio=50.0, gate_max_auc_pr_drop=0.0))
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    res = run_retrain(s, reg)
+    assert res.status == "rejected" and res.exit_code == 3 and res.version is not None, (res.status, res.reason)
+    why = "has no label column 'label'" if labels == "no label column" else "one class"
+    assert why in res.reason and "data.label_column" in res.reason and "\n" not in res.reason, res.reason
+    assert reg.get(res.version)["status"] == "rejected" and reg.current_version() == v0

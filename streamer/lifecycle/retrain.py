@@ -219,15 +219,24 @@ def validate(settings, new_path, current: KDSM | None, files: list[Path]) -> dic
         return fail(f"alert rate {rate:.4f} on the recent {len(X)} rows is {ratio:.2f}x the calibrated {expected:.4f}, "
                     f"outside [{rc.gate_min_alert_ratio}, {rc.gate_max_alert_ratio}]")
     if rc.gate_labelled_data:
+        label = settings.data.label_column or "label"
         try:
-            Xl, yl = ParquetSource(rc.gate_labelled_data, features=new.feature_names_,
-                                   label_column=settings.data.label_column or "label").load()
+            Xl, yl = ParquetSource(rc.gate_labelled_data, features=new.feature_names_, label_column=label).load()
         except DataError as e:
             return fail(f"labelled data unusable: {e}")
-        m_new = label_metrics(yl, new.decision_function(Xl)) if yl is not None else None
+        # Configured labelled data the check cannot use fails the gate: skipping it would promote a version the
+        # operator asked to compare with the current one, on the word of a check that never ran.
+        if yl is None:
+            checks["labels"] = {"new": None, "current": None}
+            return fail(f"labelled data {rc.gate_labelled_data} has no label column {label!r} (data.label_column): "
+                        "the AUC-PR check cannot run")
+        m_new = label_metrics(yl, new.decision_function(Xl))
         m_cur = label_metrics(yl, current.decision_function(Xl)) if (current is not None and m_new) else None
         checks["labels"] = {"new": m_new, "current": m_cur}
-        if m_new and m_cur and m_new["auc_pr"] < m_cur["auc_pr"] - rc.gate_max_auc_pr_drop:
+        if m_new is None:
+            return fail(f"labelled data {rc.gate_labelled_data}: its {len(yl)} usable rows hold labels of one class "
+                        f"only (column {label!r}, data.label_column): no AUC-PR to compare, the check cannot run")
+        if m_cur and m_new["auc_pr"] < m_cur["auc_pr"] - rc.gate_max_auc_pr_drop:
             return fail(f"AUC-PR on labelled rows {m_new['auc_pr']:.3f} is worse than the current model's "
                         f"{m_cur['auc_pr']:.3f} by more than {rc.gate_max_auc_pr_drop}")
     return {"passed": True, "reason": None, "checks": checks}
