@@ -133,6 +133,26 @@ def test_check_warns_about_a_secret_in_the_file(tmp_path, capsys):
     assert SECRETS[1] not in captured.out + captured.err
 
 
+@pytest.mark.parametrize(("key", "url"), [
+    ("redis.url", f"redis://:{SECRETS[2]}@redis:6379/0"), ("redis.url", f"redis://redis:6379/0?password={SECRETS[2]}"),
+    ("storage.s3_endpoint", f"http://kdsm:{SECRETS[2]}@seaweed:8333"),
+    ("archive.dir", f"s3://kdsm:{SECRETS[2]}@bucket/archive"), ("registry.store_dir", f"s3://kdsm:{SECRETS[2]}@b/m")])
+def test_check_warns_about_a_secret_in_a_url_in_the_file(tmp_path, capsys, key, url):
+    """A password inside a URL (what config show masks) said OK with no warning."""
+    section, name = key.split(".")
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({section: {name: url}}))
+    assert main(["config", "check", str(f)]) == 0
+    captured = capsys.readouterr()
+    env = "KDSM_" + key.replace(".", "__").upper()
+    assert f"holds credentials in the URL {key}" in captured.err and f"prefer env {env}" in captured.err, captured.err
+    assert SECRETS[2] not in captured.out + captured.err
+    f.write_text(yaml.safe_dump({section: {name: url.replace(f":{SECRETS[2]}@", "@").replace(SECRETS[2], "x")
+                                           .replace("?password=x", "")}}))
+    assert main(["config", "check", str(f)]) == 0
+    assert "warning" not in capsys.readouterr().err  # a URL without one: no warning
+
+
 def test_console_command_exit_status(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("sigma:\n  bsae: 1\n")

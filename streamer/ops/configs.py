@@ -3,7 +3,8 @@
 ``show`` prints every key after defaults < YAML < env ``KDSM_*`` are applied,
 as YAML, with secrets (SecretStr fields, passwords in URLs) masked. ``check``
 validates one file and prints ``OK`` or one line per bad key, exit status 2
-on error (so CI and init containers can gate on it).
+on error (so CI and init containers can gate on it); it warns about each secret
+the file holds, a password inside a URL included.
 
 >>> import argparse
 >>> from streamer.config import Settings
@@ -21,6 +22,7 @@ import sys
 import yaml
 
 from offline_train.config import ConfigError, load_settings
+from streamer.lifecycle.control import mask_url
 
 from .render import iter_keys, render_yaml
 
@@ -71,8 +73,9 @@ def cut_section(text: str, section: str) -> str:
     return "\n".join(lines[start:end]).rstrip("\n") + "\n"
 
 
-def secrets_in_file(settings_cls, path) -> list[str]:
-    """Secret keys given a value in the YAML file itself (they belong in the environment)."""
+def secrets_in_file(settings_cls, path) -> list[tuple[str, str]]:
+    """(key, what) for each secret given a value in the YAML file itself (they belong in the environment): a secret
+    key, or credentials inside a URL-valued one (``redis://:pw@host``, ``?password=``: what ``config show`` masks)."""
     try:
         data = yaml.safe_load(open(path).read()) or {}
     except (OSError, yaml.YAMLError):
@@ -83,7 +86,9 @@ def secrets_in_file(settings_cls, path) -> list[str]:
         for part in k.path.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if k.secret and node not in (None, ""):
-            found.append(k.path)
+            found.append((k.path, f"the secret {k.path}"))
+        elif any(isinstance(v, str) and mask_url(v) != v for v in (node if isinstance(node, list) else [node])):
+            found.append((k.path, f"credentials in the URL {k.path}"))
     return found
 
 
@@ -93,8 +98,8 @@ def _check(a, settings_cls) -> int:
     except ConfigError as e:
         print(f"{a.file}: {e}", file=sys.stderr)
         return 2
-    for path in secrets_in_file(settings_cls, a.file):
+    for path, what in secrets_in_file(settings_cls, a.file):
         env = "KDSM_" + path.replace(".", "__").upper()
-        print(f"warning: {a.file} holds the secret {path}; prefer env {env}", file=sys.stderr)
+        print(f"warning: {a.file} holds {what}; prefer env {env}", file=sys.stderr)
     print(f"OK: {a.file}")
     return 0
