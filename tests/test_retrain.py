@@ -568,3 +568,90 @@ def test_labelled_gate_data_without_an_auc_pr_rejects_the_version(labels, tmp_pa
     why = "has no label column 'label'" if labels == "no label column" else "one class"
     assert why in res.reason and "data.label_column" in res.reason and "\n" not in res.reason, res.reason
     assert reg.get(res.version)["status"] == "rejected" and reg.current_version() == v0
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """A Redis of this test's own, to stop, pause and restart (its data survives a restart: append-only file)."""
+    from streamer.dev import local_services
+
+    svc = local_services.Service("redis", local_services.free_port(), tmp_path / "redis").start()
+    yield svc
+    svc.stop()
+
+
+@pytest.mark.parametrize("how", ["stopped", "paused"])
+def test_redis_lost_before_the_lock_is_one_line_in_a_one_shot_run(how, own_redis, tmp_path, unique, tiny_model_dir):
+    """Redis gone after `kdsm retrain`'s start-up PING: the lock's SET raised redis-py's ConnectionError (stopped) or
+    TimeoutError (paused: the connection opens, no reply comes) as a traceback, exit 1. Now RedisUnavailable: one line
+    naming redis.url, exit 2 (a user error of kdsm)."""
+    import signal
+
+    from streamer.lifecycle.control import RedisUnavailable
+    from streamer.ops.cli import user_errors
+
+    s = load_settings(Settings, None, **overrides(tmp_path, own_redis.url, unique))
+    s.redis.command_timeout_s = 0.5
+    reg = ModelRegistry.from_settings(s)
+    reg.promote(reg.add(tiny_model_dir))
+    pid = own_redis.pid()
+    if how == "stopped":
+        own_redis.stop()
+    else:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(RedisUnavailable) as e:
+            run_retrain(s, reg)
+    finally:
+        if how == "paused":
+            os.kill(pid, signal.SIGCONT)
+    msg = str(e.value)
+    assert msg.startswith(f"Redis at {own_redis.url} did not answer") and "redis.url" in msg and "\n" not in msg, msg
+    assert ("TimeoutError" if how == "paused" else "ConnectionError") in msg, msg
+    assert isinstance(e.value, user_errors())  # kdsm prints `kdsm retrain: error: <msg>` and exits 2
+
+
+def test_the_watcher_waits_out_a_redis_restart_and_serves_the_request(own_redis, tmp_path, unique, tiny_model_dir,
+                                                                     caplog):
+    """`kdsm retrain --watch` with a request read and Redis stopped during the request delay: the lock's SET raised and
+    the watcher died (exit 1, traceback). It now waits (retrain_watch_redis_unavailable) and, once Redis is back, runs
+    the request it left pending; a watcher started while Redis is down (XGROUP CREATE) waits too."""
+    import redis
+
+    s = load_settings(Settings, None, **overrides(tmp_path, own_redis.url, unique))
+    s.retrain.request_delay_s, s.retrain.watch_block_s = 1.5, 0.3
+    reg = ModelRegistry.from_settings(s)
+    v0 = reg.add(tiny_model_dir)
+    reg.promote(v0)
+    rid = request_retrain(reg, "drift")
+    blocking = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    stop, out, errors = threading.Event(), [], []
+
+    def run():
+        try:
+            out.extend(watch(s, reg, blocking, stop=stop, max_runs=1, consumer="w1"))
+        except BaseException as e:  # noqa: BLE001 - the test reports it
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert _until(lambda: _pending_with(reg) == [(rid, "w1")], timeout=10)  # read; now in its delay wait
+        own_redis.stop()
+        time.sleep(3.0)  # past the delay: the run's lock SET meets no Redis, then the reads do
+        assert t.is_alive() and not errors, errors
+        own_redis.start()
+        t.join(timeout=60)
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not errors, errors
+    assert [r.status for r in out] == ["failed"] and "empty window" in out[0].reason  # it ran (no archive here)
+    assert out[0].details["trigger"] == "request:drift" and _pending_with(reg) == []
+    assert any("retrain_watch_redis_unavailable" in str(r.msg) for r in caplog.records)
+    # A watcher whose Redis is gone from the start (XGROUP CREATE) waits, and stops when asked.
+    own_redis.stop()
+    stop = threading.Event()
+    threading.Timer(1.5, stop.set).start()
+    assert watch(s, reg, blocking, stop=stop, consumer="w1") == []
+    blocking.close()

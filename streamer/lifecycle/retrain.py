@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from offline_train import storage
 from offline_train.artifact import ArtifactError
@@ -66,7 +67,7 @@ from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
-from .control import expect_types, never_expires, read_raw, text_of
+from .control import RedisUnavailable, expect_types, mask_url, never_expires, read_raw, text_of
 from .metrics import LifecycleMetrics
 from .registry import CurrentChanged, LockLost, ModelRegistry, RegistryError
 
@@ -74,6 +75,8 @@ log = logging.getLogger("kdsm.retrain")
 
 EXIT_CODES = {"promoted": 0, "registered": 0, "locked": 0, "rejected": 3, "failed": 1}
 WATCH_GROUP = "kdsm-retrain"
+# Redis gone (stopped, restarting: refused) or not answering (paused, a partition: a connect or read timeout).
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
 
 
 @dataclass
@@ -135,6 +138,9 @@ class RetrainLock:
             self.lock.release()
         except LockError:
             log.warning({"event": "retrain_lock_expired_at_release"})
+        except REDIS_DOWN as e:  # the run is over either way: its lock expires within the TTL
+            log.warning({"event": "retrain_lock_release_failed", "error": f"{type(e).__name__}: {e}",
+                         "action": f"the lock expires within {self.ttl_s:g} s (retrain.lock_ttl_s)"})
 
 
 # ---------------------------------------------------------------------- data
@@ -253,12 +259,22 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
     """
     lock = RetrainLock(registry.r, registry.keys.lock, settings.retrain.lock_ttl_s)
     started = time.time()
-    if not lock.acquire():
+    try:
+        acquired = lock.acquire()
+    except REDIS_DOWN as e:  # gone since the start-up PING: one line (exit 2), and --watch waits for it
+        raise RedisUnavailable(f"Redis at {mask_url(settings.redis.url)} did not answer taking the retrain lock "
+                               f"{registry.keys.lock} (redis.url, redis.connect_timeout_s, redis.command_timeout_s): "
+                               f"{type(e).__name__}: {e}") from None
+    if not acquired:
         res = _not_acquired(registry)
     else:
         try:
             try:
                 res = _run_locked(settings, registry, reason, now, lock)
+            except REDIS_DOWN as e:  # lost mid-run: nothing promoted (the promote script runs in Redis); exit 2
+                why = f"Redis at {mask_url(settings.redis.url)} stopped answering during the run: {type(e).__name__}: {e}"
+                log.error({"event": "retrain_redis_unavailable", "error": why})
+                res = RetrainResult("failed", reason=why, user_error=True)
             except Exception as e:  # noqa: BLE001 - record any unexpected failure; the pointers are untouched
                 log.exception({"event": "retrain_unexpected_error", "error": f"{type(e).__name__}: {e}"})
                 res = RetrainResult("failed", reason=f"unexpected error: {type(e).__name__}: {e}")
@@ -463,6 +479,10 @@ def watch(settings, registry: ModelRegistry, blocking_client, stop: threading.Ev
     (fresh or recovered) whose run finds the lock taken by another retrain stay
     pending and are run once the lock is free.
 
+    Redis gone or not answering (``REDIS_DOWN``: refused, a connect or read timeout) is waited out, at start
+    (XGROUP CREATE), at each read and at the lock (``RedisUnavailable`` from ``run_retrain``): the watcher logs
+    ``retrain_watch_redis_unavailable`` and tries again; its requests stay pending meanwhile.
+
     A request key of another Redis type (written by hand) is a ``RegistryError`` naming it, not a traceback.
     """
     with expect_types(blocking_client, RegistryError, {registry.keys.requests: "stream"}):
@@ -473,11 +493,26 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
            consumer: str | None, metrics: LifecycleMetrics | None) -> list[RetrainResult]:
     stop = stop or threading.Event()
     stream, consumer = registry.keys.requests, consumer or socket.gethostname()
-    try:
-        blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
-    except ResponseError as e:
-        if "BUSYGROUP" not in str(e):
-            raise
+    retry_s = min(5.0, settings.retrain.watch_block_s)
+
+    def redis_down(e: Exception) -> None:  # Redis restarting: wait and read again, never exit on it
+        log.warning({"event": "retrain_watch_redis_unavailable", "error": f"{type(e).__name__}: {e}",
+                     "action": f"retrying in {retry_s:g} s"})
+        stop.wait(retry_s)
+
+    def create_group() -> None:
+        while not stop.is_set():
+            try:
+                blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
+                return
+            except ResponseError as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+                return
+            except REDIS_DOWN as e:
+                redis_down(e)
+
+    create_group()
     results: list[RetrainResult] = []
     last_start_ms = 0
     block_ms = int(settings.retrain.watch_block_s * 1000)
@@ -488,15 +523,14 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
             recovered = bool(msgs)
             if not msgs:
                 msgs = _requests(blocking_client, consumer, stream, ">", block_ms)
-        except RedisConnectionError as e:  # Redis restarting: wait and read again, never exit on it
-            log.warning({"event": "retrain_watch_redis_unavailable", "error": str(e), "action": "retrying"})
-            stop.wait(min(5.0, settings.retrain.watch_block_s))
+        except REDIS_DOWN as e:
+            redis_down(e)
             continue
         except ResponseError as e:
             if "NOGROUP" not in str(e):
                 raise
             # The stream was deleted (or Redis lost its data): recreate the group and go on.
-            blocking_client.xgroup_create(stream, WATCH_GROUP, id="0", mkstream=True)
+            create_group()
             continue
         if not msgs:
             continue
@@ -514,8 +548,12 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
             reasons = sorted({f.get("reason", "request") for _, f in fresh})
             log.info({"event": "retrain_requested", "requests": len(fresh), "reasons": reasons,
                       "recovered": recovered})
-            res = run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics,
-                              on_finish=lambda _res, ids=ids: blocking_client.xack(stream, WATCH_GROUP, *ids))
+            try:
+                res = run_retrain(settings, registry, reason="request:" + "+".join(reasons), metrics=metrics,
+                                  on_finish=lambda _res, ids=ids: blocking_client.xack(stream, WATCH_GROUP, *ids))
+            except RedisUnavailable as e:  # the lock could not be taken: the requests stay pending, read again
+                redis_down(e)
+                continue
             results.append(res)
             if res.status == "locked":
                 # Another retrain (cron, or the run that died with recovered ones) holds the lock: its window may
@@ -527,6 +565,6 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
             last_start_ms = start_ms
         try:
             blocking_client.xack(stream, WATCH_GROUP, *ids)  # again after a run: a no-op unless on_finish failed
-        except RedisConnectionError as e:  # they stay pending with this consumer: read again at the next loop
+        except REDIS_DOWN as e:  # they stay pending with this consumer: read again at the next loop
             log.warning({"event": "retrain_ack_failed", "error": str(e), "action": "acknowledged at the next loop"})
     return results
