@@ -224,6 +224,28 @@ def test_out_must_name_a_file_that_can_be_written(tmp_path, model, tiny_model_di
     assert (tmp_path / "report").read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.integration
+def test_out_may_be_an_object_store_uri(s3_root, tmp_path, model, tiny_model_dir, capsys, monkeypatch):
+    """--out s3://kdsm/r.png exited 0, printed "plot: s3:/kdsm/r.png" and wrote a local folder named s3:."""
+    from offline_train import storage
+    from streamer.dev.local_services import free_port
+
+    monkeypatch.chdir(tmp_path)
+    _, _, parts = _window(tmp_path, model)
+    root = _archive(tmp_path, model, parts)
+    cfg = _config(tmp_path, f"redis://127.0.0.1:{free_port()}/0", "kdsm:")
+    base = ["thresholds", "report", "--model", str(tiny_model_dir), "--archive", str(root), "--config", str(cfg)]
+    out = f"{s3_root}/reports/r.png"
+    assert main([*base, "--out", out]) == 0
+    assert f"plot: {out}\n" in capsys.readouterr().out
+    assert storage.read_bytes(out)[:8] == PNG_MAGIC
+    assert not (tmp_path / "s3:").exists()
+    # a bucket that does not exist: one line, before the model or the archive is read
+    assert main([*base, "--model", str(tmp_path / "no-model"), "--out", "s3://no-such-bucket-kdsm/r.png"]) == 2
+    err = capsys.readouterr().err
+    assert "bucket 'no-such-bucket-kdsm' does not exist" in err and err.count("\n") == 1, err
+
+
 def test_a_window_without_a_finite_score_is_one_line(tmp_path, model, tiny_model_dir, capsys):
     root = tmp_path / "archive"
     sink = ArchiveSink(ArchiveConfig(dir=str(root), fsync=False), background=False)

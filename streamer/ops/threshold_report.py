@@ -18,6 +18,7 @@ that has not served yet).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
@@ -215,9 +216,10 @@ def build_report(model, window: Window, thresholds: dict[str, float], source: st
                   notes=notes)
 
 
-def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out: str | Path) -> Path:
+def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out: str | Path) -> Path | str:
     """Top: histogram of the window's scores (and the calibration scores), one line per threshold.
-    Bottom: the alert rate any threshold would give on the window, next to the calibrated (expected) rate."""
+    Bottom: the alert rate any threshold would give on the window, next to the calibrated (expected) rate.
+    ``out`` a local file or an object-store URI (uploaded as one object; ``Path`` would make ``s3:/`` a folder)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,6 +265,14 @@ def plot(report: Report, scores: np.ndarray, calibration_scores: np.ndarray, out
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(loc="lower left", fontsize=9)
     fig.tight_layout()
+    if storage.is_remote(out):
+        png = io.BytesIO()
+        try:
+            fig.savefig(png, format="png")
+        finally:
+            plt.close(fig)
+        storage.write_bytes(out, png.getvalue())  # StorageError: one line
+        return str(out)
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -300,6 +310,7 @@ def run(a, settings_cls) -> int:
 
     s = load_settings(settings_cls, a.config)
     storage.check_output_file(a.out, "PNG", "thresholds-report.png")
+    storage.check_bucket(a.out)  # an object-store --out: its bucket, before the model and the archive are read
     model_dir = a.model or serving_model_dir(s)
     archive_dir = a.archive or s.archive.dir
     if not archive_dir:
