@@ -655,3 +655,38 @@ def test_the_watcher_waits_out_a_redis_restart_and_serves_the_request(own_redis,
     threading.Timer(1.5, stop.set).start()
     assert watch(s, reg, blocking, stop=stop, consumer="w1") == []
     blocking.close()
+
+
+@pytest.mark.parametrize("store", ["unreachable", "damaged"])
+def test_a_current_model_that_cannot_be_read_fails_the_run_with_exit_2(store, setup, tmp_path, capsys):
+    """The current version exists but its artifact cannot be read (an object store nobody answers at; a damaged copy):
+    the run answered exit 1 `no feature list: the registry has no current model`, or with data.features set trained
+    without it (its feature spec not carried, no AUC-PR comparison) and promoted. Now: failed, exit 2,
+    `artifact store unusable: ...` naming the version, nothing trained or registered."""
+    from streamer.dev.local_services import free_port
+
+    s, reg, v0 = setup
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    conf = json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))
+    conf["data"] = {"features": FEATURES}  # what let the run go on without the current model
+    if store == "unreachable":
+        conf["registry"]["store_dir"] = "s3://kdsm/nowhere/models"
+        conf["storage"] = {"s3_endpoint": f"http://127.0.0.1:{free_port()}", "s3_access_key": "k",
+                           "s3_secret_key": "s", "connect_timeout_s": 0.5, "retries": 1}
+    else:
+        w = reg.store.location(v0) / "weights.safetensors"
+        w.write_bytes(w.read_bytes()[:-8])
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(conf))
+    try:
+        assert kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"]) == 2
+    finally:
+        from offline_train import storage
+        from offline_train.config import StorageConfig
+
+        storage.configure(StorageConfig())
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "failed" and res["reason"].startswith("artifact store unusable: ") and v0 in res["reason"]
+    assert ("cannot reach the object store" if store == "unreachable" else "checksum") in res["reason"], res["reason"]
+    assert "\n" not in res["reason"] and "train" not in res["details"]
+    assert [m["version"] for m in reg.list()] == [v0] and reg.current_version() == v0

@@ -24,7 +24,9 @@ once stale (``stale_after_s``).
   usable rows: no training.
 - **Training**: ``KDSM.from_settings(settings).fit_source(ParquetSource)`` on
   the current model's features: the same code as ``kdsm train``, with the
-  EMA teacher from the config (K-DSM-EMA: the archive is contaminated).
+  EMA teacher from the config (K-DSM-EMA: the archive is contaminated). A
+  current version that cannot be read fails the run (exit 2): never trained
+  without it.
 - **Gate** (``validate``): the registered artifact loads and scores the most
   recent ``gate_window_rows`` archived rows to finite values; its alert rate
   there at its own lowest threshold, divided by its calibrated rate, lies in
@@ -325,11 +327,16 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
         return RetrainResult("failed", reason=str(e))
     current = None
     if cur_version:
+        # Never trained without it: the new version would lose its features and feature spec (another schema hash, so
+        # streamers refuse it) and the gate its comparison. A store that cannot be reached or a damaged copy: exit 2.
         try:
             current = KDSM.load(registry.store.location(cur_version), device=settings.registry.device)
-        except (ArtifactError, RegistryError, OSError) as e:
-            log.warning({"event": "current_model_unloadable", "version": cur_version, "error": str(e),
-                         "action": "training without it"})
+        except Exception as e:  # noqa: BLE001 - any failure to read it (StorageError, ArtifactError, OSError, ...)
+            why = (str(e) if isinstance(e, storage.StorageError) else f"{type(e).__name__}: {e}").splitlines()[0]
+            reason = f"artifact store unusable: the current version {cur_version} cannot be read: {why}"
+            log.error({"event": "current_model_unloadable", "version": cur_version, "error": why,
+                       "action": "no training: repair it (kdsm models add --model DIR) or promote another version"})
+            return RetrainResult("failed", reason=reason, user_error=True)
     features = current.feature_names_ if current is not None else settings.data.features
     if not features:
         return RetrainResult("failed", reason="no feature list: the registry has no current model and data.features is not set")
