@@ -39,6 +39,7 @@ from .features import (
     is_numeric_only,
     profile,
 )
+from .sampling import UniformSample
 
 
 class DataError(ValueError):
@@ -373,32 +374,12 @@ class ParquetSource:
 
 
 def bounded_sample(batches, max_rows: int | None, seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
-    """Concatenate (X, y) batches, keeping a uniform sample of at most ``max_rows`` rows in stored order.
-
-    Memory stays under ~2 * max_rows rows: whenever the buffer doubles it is
-    thinned, each row kept with equal probability.
-    """
-    rng = np.random.default_rng(seed)
-    xs, ys, kept = [], [], 0
+    """Concatenate (X, y) batches, keeping a uniform sample of at most ``max_rows`` rows in stored order
+    (``UniformSample``); all of them, as they came, where there are no more."""
+    sample = UniformSample(max_rows, seed)
     for X, y in batches:
-        xs.append(X)
-        ys.append(y)
-        kept += len(X)
-        if max_rows is not None and kept > 2 * max_rows:
-            xs, ys = _thin(xs, ys, max_rows, rng)
-            kept = max_rows
-    if not xs:
-        return np.zeros((0, 0)), None
-    if max_rows is not None and kept > max_rows:
-        xs, ys = _thin(xs, ys, max_rows, rng)
-    return np.concatenate(xs), (np.concatenate(ys) if ys[0] is not None else None)
-
-
-def _thin(xs, ys, k, rng):
-    X = np.concatenate(xs)
-    y = np.concatenate(ys) if ys[0] is not None else None
-    keep = np.sort(rng.choice(len(X), k, replace=False))
-    return [X[keep]], [None if y is None else y[keep]]
+        sample.add(X, y)
+    return sample.result()
 
 
 def write_parquet(path: str | os.PathLike, X: np.ndarray, feature_names: list[str], y: np.ndarray | None = None,

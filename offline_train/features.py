@@ -56,13 +56,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .config import FeatureSpec
+from .sampling import UniformSample
 
 VERSION = 1
 ABSENT = object()  # a field the record does not have (null is None)
 UNSEEN = "<unseen>"
 _MAX_DISTINCT = 100_000  # categories counted per feature while profiling; later new ones count as one "other"
 _MAX_FREQUENCIES = 10_000  # frequency encoding keeps the shares of this many most common categories
-_SAMPLE = 200_000  # numeric values kept (uniform sample) for the median
+_SAMPLE = 400_000  # numeric values kept for the median (every one up to this many, else a uniform sample)
 _ID_SHARE = 0.5  # inference leaves out a string column with more distinct values than this share of rows ...
 _ID_MIN = 1000  # ... and at least this many (an identifier, not a category)
 
@@ -315,10 +316,9 @@ class ColumnProfile:
     present: int = 0
     counts: Counter = field(default_factory=Counter)
     overflow: int = 0  # rows whose category arrived after _MAX_DISTINCT were counted
-    sample: list = field(default_factory=list)  # float arrays
-    kept: int = 0
+    sample: UniformSample = field(default_factory=lambda: UniformSample(_SAMPLE))  # numeric values
 
-    def add(self, spec: FeatureSpec, col: Column, rng: np.random.Generator) -> None:
+    def add(self, spec: FeatureSpec, col: Column) -> None:
         ok = ~col.missing
         if col.bad:
             ok[[b[0] for b in col.bad]] = False
@@ -336,13 +336,7 @@ class ColumnProfile:
             v = col.values[ok]
             self.counts.update({True: int((v > 0.5).sum()), False: int((v <= 0.5).sum())})
         else:
-            v = col.values[ok]
-            self.sample.append(v)
-            self.kept += len(v)
-            if self.kept > 2 * _SAMPLE:  # thin to a uniform sample, as data.bounded_sample does
-                allv = np.concatenate(self.sample)
-                self.sample = [allv[np.sort(rng.choice(len(allv), _SAMPLE, replace=False))]]
-                self.kept = _SAMPLE
+            self.sample.add(col.values[ok])  # a uniform sample, as the network's training rows are
 
 
 def arrow_column(batch: pa.RecordBatch | pa.Table, parts: list[str]) -> pa.Array | None:
@@ -403,11 +397,10 @@ def check_schema(schema: pa.Schema, specs: list[FeatureSpec]) -> list[str]:
 
 def profile(batches: Iterable[pa.RecordBatch], specs: list[FeatureSpec], seed: int = 0) -> dict[str, ColumnProfile]:
     """One pass over Arrow batches: each spec's ``ColumnProfile``, keyed by feature name."""
-    rng = np.random.default_rng(seed)
-    out = {s.name: ColumnProfile() for s in specs}
+    out = {s.name: ColumnProfile(sample=UniformSample(_SAMPLE, seed)) for s in specs}
     for rb in batches:
         for s in specs:
-            out[s.name].add(s, feature_column(s, rb), rng)
+            out[s.name].add(s, feature_column(s, rb))
     return out
 
 
@@ -460,7 +453,7 @@ def _fit_one(spec: FeatureSpec, p: ColumnProfile) -> Fitted:
         raise SpecError(f"feature {name!r}: no value in the training data to learn from")
     indicator = spec.missing == "impute"
     if spec.type == "numeric":
-        fill = float(np.median(np.concatenate(p.sample))) if p.kept else 0.0
+        fill = float(np.median(p.sample.result()[0])) if p.sample.seen else 0.0
         return Fitted(spec, "numeric", fill, columns=[name], indicator=indicator)
     if spec.type == "boolean":
         fill = bool(p.counts[True] > p.counts[False])

@@ -1,0 +1,69 @@
+"""The training sample (``data.UniformSample``): uniform over the whole stream, seeded, in bounded memory."""
+
+import numpy as np
+import pytest
+
+from offline_train.data import ParquetSource, UniformSample, bounded_sample, write_parquet
+
+CHI2_9_P001 = 27.88  # the 0.999 quantile of chi-square with 9 degrees of freedom
+
+
+def stream(n: int, batch: int):
+    """Rows 0..n-1 (column 0 is the row's index) in batches, with labels."""
+    for start in range(0, n, batch):
+        idx = np.arange(start, min(start + batch, n), dtype=np.float64)
+        yield np.column_stack([idx, -idx]), idx % 2
+
+
+def decile_chi2(rows: np.ndarray, n: int) -> float:
+    counts = np.bincount((rows * 10 // n).astype(int), minlength=10)
+    expected = len(rows) / 10
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_row_of_a_long_stream_is_kept_with_equal_probability(seed):
+    """The buffer was thinned each time it doubled, so early rows were thinned again and again: of 100k rows the
+    first decile kept a few rows, the last hundreds. Now the per-decile counts pass a chi-square test."""
+    n, k = 100_000, 1000
+    X, y = bounded_sample(stream(n, 1000), k, seed)
+    assert X.shape == (k, 2) and len(y) == k
+    assert decile_chi2(X[:, 0], n) < CHI2_9_P001
+    assert np.all(np.diff(X[:, 0]) > 0)  # stored order, no row twice
+    np.testing.assert_array_equal(y, X[:, 0] % 2)  # labels stay with their rows
+    np.testing.assert_array_equal(X[:, 1], -X[:, 0])
+
+
+def test_the_same_seed_gives_the_same_sample_whatever_the_batches():
+    a, _ = bounded_sample(stream(20_000, 1000), 500, 3)
+    b, _ = bounded_sample(stream(20_000, 777), 500, 3)
+    c, _ = bounded_sample(stream(20_000, 1000), 500, 4)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_memory_stays_at_max_rows_plus_one_batch():
+    sample, most = UniformSample(1000, 0), 0
+    for X, y in stream(100_000, 250):
+        sample.add(X, y)
+        most = max(most, sample.held)
+    assert most <= 1000 + 250
+    assert len(sample.result()[0]) == 1000
+
+
+def test_at_or_under_max_rows_every_row_is_kept_as_it_came():
+    batches = list(stream(3000, 700))
+    for k in (3000, 5000, None):
+        X, y = bounded_sample(iter(batches), k, 9)
+        np.testing.assert_array_equal(X, np.concatenate([b[0] for b in batches]))
+        np.testing.assert_array_equal(y, np.concatenate([b[1] for b in batches]))
+    assert bounded_sample(iter([]), 10)[0].shape == (0, 0)
+    assert bounded_sample(iter([(np.zeros((0, 4)), None)]), 10)[0].shape == (0, 4)
+
+
+def test_the_parquet_training_sample_is_uniform(tmp_path):
+    n = 40_000
+    idx = np.arange(n, dtype=np.float64)
+    path = write_parquet(tmp_path / "d.parquet", np.column_stack([idx, idx % 7]), ["a", "b"])
+    X, _ = ParquetSource(path, batch_rows=500).load(max_rows=800, seed=0)
+    assert len(X) == 800 and decile_chi2(X[:, 0], n) < CHI2_9_P001
