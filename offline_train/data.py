@@ -146,11 +146,11 @@ def _dataset(files: list[Path | str]) -> ds.Dataset:
         try:
             with storage.guard(files[0]):
                 return ds.dataset([p for _, p in resolved], format=_PARQUET, filesystem=resolved[0][0])
-        except pa.ArrowInvalid as e:
+        except pa.ArrowException as e:
             raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
     try:
         return ds.dataset([str(f) for f in files], format=_PARQUET)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise DataError(f"cannot read Parquet ({', '.join(map(str, files[:3]))}): {e}") from None
 
 
@@ -252,14 +252,14 @@ class ParquetSource:
         try:
             return any(rb.column(i).null_count for rb in self._ds.to_batches(columns=names, batch_size=self.batch_rows)
                        for i in range(len(names)))
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise unreadable(e) from None
 
     def _profile(self, specs: list) -> dict:
         cols = spec_columns(self._ds.schema, specs)
         try:
             return profile(self._ds.to_batches(columns=cols, batch_size=self.batch_rows), specs)
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise unreadable(e) from None
 
     def partitions(self, target_rows: int) -> list[Partition]:
@@ -277,7 +277,7 @@ class ParquetSource:
                 if group:
                     parts.append(Partition(frag.subset(row_group_ids=group), offset, rows))
                     offset += rows
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise DataError(f"cannot read Parquet metadata: {e}") from None
         return parts
 
@@ -321,7 +321,7 @@ class ParquetSource:
                     ok &= keep_rows(offset, rb.num_rows)
                 offset += rb.num_rows
                 yield X[ok], (None if y is None else y[ok])
-        except (pa.ArrowInvalid, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise unreadable(e) from None
         if not count:
             return

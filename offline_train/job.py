@@ -165,7 +165,7 @@ def _next_batch(batches) -> pa.RecordBatch | None:
         return next(batches)
     except StopIteration:
         return None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+    except (pa.ArrowException, OSError) as e:  # any Arrow error (a cast it does not implement, too)
         raise unreadable(e) from None
 
 

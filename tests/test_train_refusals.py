@@ -1,6 +1,8 @@
 """`kdsm train` refuses what it cannot do before doing it, in one line, and never replaces a good model with a bad one."""
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import make_blobs
 
@@ -108,3 +110,20 @@ def test_an_out_under_a_file_is_refused_before_training(events, tiny, tmp_path, 
     assert main(["train", "--quiet", "--data", str(events), "--out", str(tmp_path / "afile" / "sub"),
                  "--config", str(tiny)]) == 2
     assert "afile is a file, not a directory" in _one_line(capsys) and not trained
+
+
+@pytest.mark.parametrize("other", [pa.array([{"z": 1.0}] * 50), pa.array(np.arange(50).astype("datetime64[us]"))],
+                         ids=["struct", "timestamp"])
+@pytest.mark.parametrize("command", ["train", "features infer"])
+def test_files_that_disagree_on_a_column_type_are_one_line(tmp_path, tiny, capsys, other, command):
+    """Arrow's ArrowNotImplementedError (Unsupported cast) escaped the reader, which caught only ArrowInvalid: a
+    traceback, exit 1."""
+    data = tmp_path / "d"
+    data.mkdir()
+    pq.write_table(pa.table({"a": np.linspace(0, 1, 50), "b": np.linspace(1, 2, 50)}), data / "p1.parquet")
+    pq.write_table(pa.table({"a": other, "b": np.linspace(1, 2, 50)}), data / "p2.parquet")
+    args = (["train", "--quiet", "--out", str(tmp_path / "m"), "--config", str(tiny)] if command == "train"
+            else command.split())
+    assert main([*args, "--data", str(data)]) == 2
+    assert "cannot read Parquet data" in _one_line(capsys)
+    assert not (tmp_path / "m").exists()
