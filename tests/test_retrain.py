@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import make_blobs
 
+from offline_train.artifact import schema_hash
 from offline_train.config import load_settings
 from offline_train.detector import KDSM
 from streamer.config import Settings
@@ -38,11 +39,14 @@ def overrides(tmp_path: Path, redis_url: str, unique: str, **retrain) -> dict:
                         "request_delay_s": 0.5, **retrain}}
 
 
-def write_archive(root: Path, X: np.ndarray, per_file: int = 500, version: str = "v0") -> None:
+def write_archive(root: Path, X: np.ndarray, per_file: int = 500, version: str = "v0",
+                  features: list[str] = FEATURES, schema: str | None = None) -> None:
+    """Archive files as a streamer serving a model of ``features`` writes them: its schema hash (``schema``, default
+    that of a model of those plain features, as the tiny model) in ``kdsm_schema_hash``."""
     sink = ArchiveSink(ArchiveConfig(dir=str(root), fsync=False), background=False)
     for i in range(0, len(X), per_file):
-        b = example_batch(len(X[i:i + per_file]), features=FEATURES, offset0=i, version=version)
-        b.X = X[i:i + per_file]
+        b = example_batch(len(X[i:i + per_file]), features=features, offset0=i, version=version)
+        b.X, b.schema_hash = X[i:i + per_file], schema or schema_hash(features)
         sink.on_committed(b)
         sink.flush()
     sink.close()
@@ -690,3 +694,35 @@ def test_a_current_model_that_cannot_be_read_fails_the_run_with_exit_2(store, se
     assert ("cannot reach the object store" if store == "unreachable" else "checksum") in res["reason"], res["reason"]
     assert "\n" not in res["reason"] and "train" not in res["details"]
     assert [m["version"] for m in reg.list()] == [v0] and reg.current_version() == v0
+
+
+def test_archive_files_of_another_feature_schema_are_skipped_and_counted(setup, caplog):
+    """A file of features a, b (another model's) in the archive was read with the current features: its rows trained
+    on as imputed values, and the gate failed on every run until it aged out. Files whose kdsm_schema_hash is not the
+    current model's are now skipped, counted in the run's window summary and logged."""
+    s, reg, v0 = setup
+    root = Path(s.archive.dir)
+    write_archive(root, shifted(2000, 1))
+    time.sleep(0.05)  # the other schema's file is the newest
+    write_archive(root, np.random.default_rng(0).normal(size=(50, 2)), features=["a", "b"])
+    res = run_retrain(s, reg, reason="test")
+    assert res.status == "promoted", res.reason
+    window = res.details["window"]
+    assert window["files"] == 4 and window["rows"] == 2000 and window["other_schema"] == 1, window
+    assert window["schema_hash"] == reg.get(v0)["schema_hash"]
+    new = KDSM.load(reg.store.local_path(res.version), device="cpu")
+    assert new.feature_names_ == FEATURES and new.features_ is None and new.schema_hash_ == window["schema_hash"]
+    assert [r for r in caplog.records if "retrain_files_other_schema" in str(r.msg)]
+
+
+def test_window_selection_keeps_one_schema(tmp_path):
+    """Given a schema hash, only its files; without one (no current model), the newest file's."""
+    root = tmp_path / "a"
+    write_archive(root, shifted(1000, 6), per_file=500)
+    time.sleep(0.05)
+    write_archive(root, np.zeros((300, 2)), per_file=300, features=["a", "b"])
+    mine = select_window(root, None, max_rows=10_000, schema_hash=schema_hash(FEATURES))
+    assert (mine["rows"], len(mine["files"]), len(mine["other_schema"])) == (1000, 2, 1)
+    newest = select_window(root, None, max_rows=10_000)
+    assert (newest["rows"], len(newest["files"]), len(newest["other_schema"])) == (300, 1, 2)
+    assert newest["schema_hash"] == schema_hash(["a", "b"])

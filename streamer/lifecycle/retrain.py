@@ -20,8 +20,9 @@ once stale (``stale_after_s``).
   rollback): the promote script checks it is still the run's starting one.
 - **Data**: closed archive files within ``retrain.window_hours``, newest
   first, until ``retrain.max_rows`` rows (file granularity); unreadable files
-  are skipped and named in the run record. Fewer than ``retrain.min_rows``
-  usable rows: no training.
+  are skipped and named in the run record, files of another feature schema
+  (``kdsm_schema_hash`` not the current model's) skipped and counted. Fewer
+  than ``retrain.min_rows`` usable rows: no training.
 - **Training**: ``KDSM.from_settings(settings).fit_source(ParquetSource)`` on
   the current model's features: the same code as ``kdsm train``, with the
   EMA teacher from the config (K-DSM-EMA: the archive is contaminated). A
@@ -153,27 +154,76 @@ def _rows(path: Path) -> int | None:
         return None
 
 
-def select_window(root, window_hours: float | None, max_rows: int, now: float | None = None) -> dict:
-    """Newest readable closed files within the window until ``max_rows`` rows; returned oldest first."""
+SCHEMA_COLUMN = "kdsm_schema_hash"  # written by the archive: the schema hash of the model that scored the row
+
+
+def _file_info(path) -> tuple[int, frozenset] | None:
+    """(rows, the schema hashes its ``kdsm_schema_hash`` column holds) of one closed file; None when unreadable.
+
+    From the footer's row-group statistics (min == max: one hash), reading the column only where they are missing.
+    A file without the column (not written by the archive) holds no hash, so it matches none.
+    """
+    try:
+        pf = open_parquet(path)
+        md = pf.metadata
+        paths = [md.schema.column(i).path for i in range(md.num_columns)]
+        if SCHEMA_COLUMN not in paths:
+            return md.num_rows, frozenset()
+        col, hashes = paths.index(SCHEMA_COLUMN), set()
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            st = rg.column(col).statistics
+            if rg.num_rows == 0:
+                continue
+            if st is not None and st.has_min_max and not st.null_count:
+                hashes.update((st.min, st.max))
+            else:
+                hashes.update(pf.read_row_group(g, columns=[SCHEMA_COLUMN]).column(0).unique().to_pylist())
+        return md.num_rows, frozenset(hashes)
+    except Exception:  # noqa: BLE001 - any unreadable file is skipped, never fatal
+        return None
+
+
+def select_window(root, window_hours: float | None, max_rows: int, now: float | None = None,
+                  schema_hash: str | None = None) -> dict:
+    """Newest readable closed files of one feature schema within the window until ``max_rows`` rows; oldest first.
+
+    The schema is ``schema_hash`` (the current model's), else, with no current model, the newest file's: rows
+    another model scored have other feature columns (or another encoding of the same names), and training on them
+    would impute what they lack. Files of another schema are skipped and listed in ``other_schema``.
+    """
     now = time.time() if now is None else now
     files = closed_files(root) if storage.is_remote(root) or Path(root).is_dir() else []
     if window_hours is not None:
         files = [f for f in files if now - f.stat().st_mtime <= window_hours * 3600]
-    chosen, skipped, rows = [], [], 0
+    chosen, skipped, other, rows = [], [], [], 0
+    found: dict[str, int] = {}
     for f in reversed(files):
-        n = _rows(f)
-        if n is None:
+        info = _file_info(f)
+        if info is None:
             skipped.append(str(f))
             continue
+        n, hashes = info
         if n == 0:
+            continue
+        if schema_hash is None and len(hashes) == 1 and None not in hashes:
+            schema_hash = next(iter(hashes))
+        if hashes != {schema_hash}:
+            other.append(str(f))
+            for h in hashes or ("none",):
+                found[str(h)] = found.get(str(h), 0) + 1
             continue
         chosen.append(f)
         rows += n
         if rows >= max_rows:
             break
     chosen.reverse()
+    if other:
+        log.warning({"event": "retrain_files_other_schema", "files": len(other), "schema_hash": schema_hash,
+                     "found": dict(sorted(found.items())[:10]), "example": other[0],
+                     "action": "skipped: rows of another model's features"})
     mt = [f.stat().st_mtime for f in chosen]
-    return {"files": chosen, "rows": rows, "unreadable": skipped,
+    return {"files": chosen, "rows": rows, "unreadable": skipped, "other_schema": other, "schema_hash": schema_hash,
             "from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(min(mt))) if mt else None,
             "to": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(max(mt))) if mt else None}
 
@@ -343,15 +393,18 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     if not settings.archive.dir:
         return RetrainResult("failed", reason="archive.dir is not set: nothing to train on")
     try:  # an object-store archive that cannot be reached: one line and exit 2, not an unexpected error's traceback
-        window = select_window(settings.archive.dir, rc.window_hours, rc.max_rows, now)
+        window = select_window(settings.archive.dir, rc.window_hours, rc.max_rows, now,
+                               schema_hash=current.schema_hash_ if current is not None else None)
     except (storage.StorageError, DataError) as e:
         return RetrainResult("failed", reason=f"archive unusable: {e}", user_error=True)
     details = {"current": cur_version, "trigger": trigger,
-               "window": {k: (v if k != "files" else len(v)) for k, v in window.items()}}
+               "window": {k: (len(v) if k in ("files", "other_schema") else v) for k, v in window.items()}}
     if not window["files"]:
         why = f"empty window: no readable archive files under {settings.archive.dir} within {rc.window_hours} h"
         if window["unreadable"]:
             why += f" ({len(window['unreadable'])} unreadable)"
+        if window["other_schema"]:
+            why += f" ({len(window['other_schema'])} of another feature schema than {window['schema_hash']})"
         return RetrainResult("failed", reason=why, details=details)
     try:
         source = _source(window["files"], features)
