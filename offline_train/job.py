@@ -20,7 +20,6 @@ from .artifact import METADATA, ArtifactError, check_replaceable
 from .config import TrainSettings
 from .data import (
     DataError,
-    LabelError,
     ParquetSource,
     _dataset,
     resolve_paths,
@@ -42,11 +41,13 @@ def label_metrics(y: np.ndarray, scores: np.ndarray) -> dict | None:
 
 def report_labels(source: ParquetSource, det: KDSM, dc, seed: int, log=print) -> dict | None:
     """The report's label metrics, read only now, after training: labels the report cannot use (not 0/1, none
-    present) are one line and no metrics, never a failed job. The rows are the training data's (in-sample), a
-    seeded sample of data.max_train_rows where there are more."""
+    present, or unreadable: a later file's labels of another type) are one line and no metrics, never a failed job
+    that loses the trained model. The rows are the training data's (in-sample), a seeded sample of
+    data.max_train_rows where there are more."""
     try:
         X, y, n = source.labelled(dc.max_train_rows, seed)
-    except LabelError as e:
+    except (DataError, pa.ArrowException) as e:  # LabelError, and a label column Arrow cannot read as numbers
+        e = e if isinstance(e, DataError) else unreadable(e)
         log(f"labels: {e}; the report has no label metrics")
         return None
     m = label_metrics(y, det.decision_function(X)) if len(y) else None

@@ -111,6 +111,26 @@ def test_labels_the_report_cannot_use_never_fail_training(tmp_path, capsys, monk
         assert report["labels"] is None
 
 
+@pytest.mark.parametrize("later", [["yes", "no"] * 50, [[0], [1]] * 50], ids=["strings", "lists"])
+def test_a_label_a_later_file_cannot_read_never_loses_the_model(tmp_path, capsys, later):
+    """The first file's labels are numbers, the second's strings or lists: reading them after training failed the job
+    (a one-line error for strings, a traceback for lists) and the trained model was not saved."""
+    X, _ = make_blobs(n=200, d=3, seed=6)
+    data = tmp_path / "d"
+    data.mkdir()
+    for i, labels in enumerate([[0, 1] * 50, later]):
+        pq.write_table(pa.table({**{f"f{j}": X[i * 100:(i + 1) * 100, j] for j in range(3)}, "label": labels}),
+                       data / f"p{i}.parquet")
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(data), "--out", str(out), "--steps", "5", "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err
+    line = next(x for x in cap.out.splitlines() if x.startswith("labels:"))
+    assert "cannot read Parquet data" in line and line.endswith("the report has no label metrics")
+    assert json.loads((out / "report" / "report.json").read_text())["labels"] is None
+    assert KDSM.load(out).feature_names_ == ["f0", "f1", "f2"]
+
+
 def test_directory_and_glob_inputs(small_parquet, tiny_config, tmp_path):
     for spec in (str(small_parquet.parent), str(small_parquet.parent / "*.parquet")):
         assert main(["train", "--data", spec, "--out", str(tmp_path / "m"), "--config", str(tiny_config),
