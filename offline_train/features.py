@@ -139,11 +139,15 @@ def candidate_specs(schema: pa.Schema, exclude: Iterable[str] = (), names: list[
 
 def infer_specs(schema: pa.Schema, stats: dict[str, ColumnProfile], exclude: Iterable[str] = (),
                 names: list[str] | None = None) -> tuple[list[FeatureSpec], list[str]]:
-    """The inferred spec: types from the schema, ``impute`` where the data has nulls, identifiers left out."""
+    """The inferred spec: types from the schema, ``impute`` where the data has nulls, identifiers and columns
+    without a value (all null, as a column of the null type is) left out; columns named in ``names`` are kept."""
     specs, left_out = candidate_specs(schema, exclude, names)
     out = []
     for sp in specs:
         p = stats[sp.name]
+        if names is None and p.missing and not p.present:  # nothing to learn a fill from; one such column refused all
+            left_out.append(f"{sp.name}: no value in the training data ({p.missing} nulls)")
+            continue
         if sp.type == "categorical" and names is None and len(p.counts) > max(_ID_MIN, _ID_SHARE * p.present):
             left_out.append(f"{sp.name}: {len(p.counts)} distinct strings in {p.present} rows (an identifier?)")
             continue

@@ -66,6 +66,42 @@ def test_features_infer_prints_yaml_that_configures_training(mixed_parquet, tmp_
     assert main(["features", "infer", "--data", str(tmp_path / "nope.parquet")]) == 2
 
 
+@pytest.mark.parametrize("with_strings", [False, True], ids=["numeric", "mixed"])
+def test_a_column_with_no_value_is_left_out_with_a_comment(tmp_path, capsys, with_strings):
+    """One all-null numeric column refused the whole data set ("feature 'allnull': no value in the training data to
+    learn from"), for kdsm train and kdsm features infer, while a column of the null type was left out with a
+    comment. Now it is left out the same way; a spec that names it still refuses it in one line."""
+    n = 300
+    rng = np.random.default_rng(0)
+    cols = {"a": rng.normal(size=n), "b": rng.normal(size=n), "allnull": pa.array([None] * n, pa.float64()),
+            "nothing": pa.nulls(n), "c": [None if i % 3 else float(i) for i in range(n)]}
+    if with_strings:
+        cols["kind"] = rng.choice(["x", "y"], n)
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table(cols), path)
+    assert main(["features", "infer", "--data", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "# left out: allnull: no value in the training data (300 nulls)" in text
+    assert "# left out: nothing: type null" in text
+    names = [s.name for s in load_settings(TrainSettings, _write(tmp_path / "spec.yaml", text)).features]
+    assert names == ["a", "b", "c", *(["kind"] if with_strings else [])]  # c has values: imputed, kept
+    out = tmp_path / "m"
+    assert main(["train", "--data", str(path), "--out", str(out), "--steps", "5", "--quiet"]) == 0
+    assert "features: left out allnull: no value in the training data" in capsys.readouterr().out
+    assert "allnull" not in KDSM.load(out).feature_names_
+    spec = tmp_path / "named.yaml"
+    spec.write_text("features:\n  - {name: a, type: numeric}\n  - {name: allnull, type: numeric, missing: impute}\n")
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "m2"), "--config", str(spec), "--steps", "5",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "feature 'allnull': no value in the training data to learn from" in err and err.count("\n") == 1
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
 def test_offline_and_online_encode_identically(mixed_parquet):
     src = ParquetSource(mixed_parquet)
     table = pq.read_table(mixed_parquet)
