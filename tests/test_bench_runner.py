@@ -145,6 +145,27 @@ def test_cli_end_to_end_on_real_datasets(tmp_path, monkeypatch, capsys):
     assert (out / "results.csv").read_text() == before
 
 
+def test_run_json_records_every_setting_the_config_id_hashes(data_dir, tmp_path, monkeypatch, capsys):
+    """run.json's settings left out refine and score, which config_id hashes, and calibration: the resolved settings
+    as the bench applies them (calibration in-sample, holdout 0, whatever the config says)."""
+    from offline_train.evaluation.runner import config_id
+
+    monkeypatch.setenv("KDSM_REFINE__ROUNDS", "3")
+    monkeypatch.setenv("KDSM_SCORE__KNN_K", "7")
+    monkeypatch.setenv("KDSM_CALIBRATION__HOLDOUT", "0.3")
+    out = tmp_path / "o"
+    assert main(["bench", "adbench", "--data-dir", str(data_dir), "--datasets", "1_blobs", "--methods", "knn",
+                 "--out", str(out)]) == 0
+    info = json.loads((out / "run.json").read_text())[-1]
+    settings = info["settings"]
+    assert {"sigma", "model", "ema", "refine", "score", "train", "data", "calibration"} <= set(settings)
+    assert settings["refine"]["rounds"] == 3 and settings["score"]["knn_k"] == 7
+    assert settings["calibration"]["holdout"] == 0.0
+    s = TrainSettings()
+    s.refine.rounds, s.score.knn_k = 3, 7
+    assert info["config"] == config_id(s)
+
+
 def test_second_run_into_the_same_folder_is_refused_in_one_line(data_dir, tmp_path, capsys):
     """Two processes in one --out would rewrite each other's results.csv (rows lost): the second is refused."""
     import fcntl

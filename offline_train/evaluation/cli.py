@@ -21,7 +21,7 @@ from pathlib import Path
 from .. import storage
 from ..argtypes import seed
 from ..config import ConfigError, load_settings
-from .methods import METHODS
+from .methods import METHODS, bench_calibration
 
 DEFAULT_METHODS = {"semi": "default,dsm,knn,iforest,lof,ecod", "unsup": "default,kdsm-ema,kdsm,knn,iforest,lof,ecod"}
 
@@ -162,7 +162,10 @@ def _run(a, settings_cls) -> int:
     info = {"command": "kdsm " + " ".join(sys.argv[1:]) if sys.argv and "kdsm" in Path(sys.argv[0]).name else None,
             "argv": sys.argv[1:], "env": {k: v for k, v in os.environ.items() if k.startswith("KDSM_")},
             "machine": machine_info(), "config": config_id(settings), "profile": settings.train.profile,
-            "settings": json.loads(settings.model_dump_json(include={"sigma", "model", "ema", "train", "data"})),
+            # The resolved settings: every section config_id hashes, and calibration as the bench applies it.
+            "settings": {**json.loads(settings.model_dump_json(include={"sigma", "model", "ema", "refine", "score", "train",
+                                                                        "data"})),
+                         "calibration": json.loads(bench_calibration().model_dump_json())},
             "jobs": a.jobs, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     t0, c0 = time.perf_counter(), _cpu_seconds()
     rows = run_bench(spec, settings, progress=sys.stderr.isatty() or bool(os.environ.get("KDSM_BENCH_PROGRESS")),

@@ -81,14 +81,17 @@ def _rank(X: np.ndarray) -> int:
     return max(1, int(np.linalg.matrix_rank(X - X.mean(axis=0))))
 
 
-def make_kdsm(name: str, settings, seed: int) -> KDSM:
-    """The ``KDSM`` estimator for deep method ``name`` under ``settings`` (a ``TrainSettings``).
+def bench_calibration() -> CalibrationConfig:
+    """What every deep method calibrates with, whatever the config says: in-sample (holdout 0: all training rows
+    train); the metrics are threshold-free."""
+    return CalibrationConfig(holdout=0.0)
 
-    Every method calibrates in-sample (holdout 0: all training rows train);
-    the metrics are threshold-free.
-    """
+
+def make_kdsm(name: str, settings, seed: int) -> KDSM:
+    """The ``KDSM`` estimator for deep method ``name`` under ``settings`` (a ``TrainSettings``), calibrated as
+    ``bench_calibration`` says."""
     det = KDSM.from_settings(settings).set_params(
-        train=settings.train.model_copy(update={"seed": seed}), calibration=CalibrationConfig(holdout=0.0))
+        train=settings.train.model_copy(update={"seed": seed}), calibration=bench_calibration())
     return det if name == "default" else det.set_params(**published_sections(name, settings))
 
 
