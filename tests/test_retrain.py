@@ -726,3 +726,42 @@ def test_window_selection_keeps_one_schema(tmp_path):
     newest = select_window(root, None, max_rows=10_000)
     assert (newest["rows"], len(newest["files"]), len(newest["other_schema"])) == (300, 1, 2)
     assert newest["schema_hash"] == schema_hash(["a", "b"])
+
+
+def test_the_watcher_serves_its_run_counter_on_retrain_metrics_port(setup, tmp_path):
+    """kdsm_retrain_runs_total{outcome} was counted into a registry nobody served: `kdsm retrain --watch` now serves
+    /metrics on metrics.host:retrain.metrics_port (0 = off); scraped after a run, the counter is there."""
+    import signal
+    import urllib.request
+
+    from streamer.dev.local_services import free_port
+
+    s, reg, v0 = setup  # no archive: the run fails at once ("empty window"), which is an outcome like any other
+    port = free_port()
+    s.retrain.request_delay_s, s.retrain.watch_block_s = 0.0, 0.3
+    conf = json.loads(s.model_dump_json(include={"model", "train", "redis", "archive", "registry", "retrain"}))
+    conf["retrain"]["metrics_port"] = port
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(conf))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    request_retrain(reg, "drift")
+
+    def scrape() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    with open(tmp_path / "watch.log", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "streamer", "retrain", "--watch", "--config", str(cfg),
+                                 "--log-level", "INFO"], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            counted = 'kdsm_retrain_runs_total{outcome="failed"} 1.0'
+            ok = _until(lambda: proc.poll() is not None or counted in scrape(), timeout=120, every=0.3)
+            ok = ok and proc.poll() is None
+            assert ok, (scrape(), (tmp_path / "watch.log").read_text()[-3000:])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    assert f"127.0.0.1:{port}/metrics" in (tmp_path / "watch.log").read_text()  # the metrics log line gives its URL

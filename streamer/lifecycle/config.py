@@ -110,6 +110,7 @@ class RetrainConfig(Section):
     lock_ttl_s: float = Field(300.0, gt=1, le=DAY_S, description="lock expiry; the holder renews it every third of this (at most a day)")
     request_delay_s: float = Field(600.0, ge=0, le=DAY_S, description="`--watch`: start this long after a request, so the archive holds data of the new regime (files close every archive.max_file_seconds; at most a day)")
     watch_block_s: float = Field(5.0, gt=0, le=3600, description="`kdsm retrain --watch`: block this long per read of the request stream (at most an hour)")
+    metrics_port: int = Field(0, ge=0, le=65535, description="`kdsm retrain --watch`: serve /metrics (kdsm_retrain_runs_total{outcome}) and /healthz on metrics.host at this port; 0 = off (a one-shot run records its outcome in <prefix>retrain:runs)")
 
     @model_validator(mode="after")
     def _gate_ratios_ordered(self) -> RetrainConfig:

@@ -103,11 +103,18 @@ def _retrain_with(a, s) -> int:
         _print({"requested": request_retrain(reg, a.reason or "manual"), "stream": reg.keys.requests})
         return 0
     # The training job (torch, the detector) is imported only here: a request above answers in about a second.
-    from streamer.lifecycle.retrain import run_retrain, watch
+    from streamer.lifecycle.metrics import LifecycleMetrics
+    from streamer.lifecycle.retrain import run_retrain, serve_metrics, watch
 
     setup_logging(a.log_level)
     if a.watch:
-        results = watch(s, reg, redis_client(s.redis, blocking=True), max_runs=a.max_runs)
+        metrics = LifecycleMetrics()  # kdsm_retrain_runs_total, served on retrain.metrics_port (0: not served)
+        server = serve_metrics(s, metrics)
+        try:
+            results = watch(s, reg, redis_client(s.redis, blocking=True), max_runs=a.max_runs, metrics=metrics)
+        finally:
+            if server is not None:
+                server.stop()
         _print([r.to_dict() for r in results])
         return 0
     res = run_retrain(s, reg, reason=a.reason or "schedule")
