@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction, settings_cls) -> None:
     q.add_argument("--hours", type=non_negative_float, default=24.0, help="files closed within this many hours (0 = all)")
     q.add_argument("--max-rows", type=positive_int, default=200_000, help="newest rows used")
     q.add_argument("--rescore", action="store_true", help="score the window's features with the model")
-    q.add_argument("--out", default="thresholds-report.png", help="PNG file to write (not a directory)")
+    q.add_argument("--out", default="thresholds-report.png", help="PNG file to write (not a directory), or an object-store URI (s3://bucket/report.png)")
     q.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     q.set_defaults(func=lambda a: _report(a, settings_cls))
 
