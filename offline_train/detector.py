@@ -33,6 +33,7 @@ from .calibrate import Calibration, severity_of
 from .config import (
     CalibrationConfig,
     ConfigError,
+    DataConfig,
     EMAConfig,
     ModelConfig,
     OptimConfig,
@@ -497,7 +498,10 @@ class KDSM(BaseEstimator):
             "thresholds": self.thresholds_,
             "quantiles": self.calibration_.quantiles,
             "calibration": {"source": self.calibration_source_, "n": int(len(self.calibration_.scores)),
-                            "top_features": self.calibration_config.top_features},
+                            "top_features": self.calibration_config.top_features,
+                            "holdout": self.calibration_config.holdout},
+            # The other parameters that shape training, so that clone(KDSM.load(p)).fit(X) trains the same model.
+            "estimator": {"scale_discrete": bool(self.scale_discrete), "max_train_rows": self.max_train_rows},
             "train_summary": self.train_summary_.to_dict(),
             "data_summary": getattr(self, "data_summary_", None),
             **({"feature_spec": self.features_.to_dict()} if getattr(self, "features_", None) is not None else {}),
@@ -517,8 +521,13 @@ class KDSM(BaseEstimator):
                       refine=RefineConfig(**meta.get("refine_config", {"enabled": False})),
                       score=ScoreConfig(**{"isolation_forest": False, "knn": False, "forest_metric": "depth", **meta.get("score_config", {})}), train=OptimConfig(**{**meta["train_config"], "device": device}),
                       calibration=CalibrationConfig.model_validate(
-                          {"severities": meta["quantiles"], "top_features": meta["calibration"]["top_features"]},
-                          context={"artifact": True}))
+                          {"severities": meta["quantiles"], "top_features": meta["calibration"]["top_features"],
+                           **({"holdout": meta["calibration"]["holdout"]} if "holdout" in meta["calibration"] else {})},
+                          context={"artifact": True}),
+                      # artifacts from before these were saved load with the defaults they were then given
+                      **DataConfig(**{k: v for k, v in meta.get("estimator", {}).items()
+                                      if k in ("scale_discrete", "max_train_rows")}).model_dump(
+                          include={"scale_discrete", "max_train_rows"}))
             det.feature_names_ = list(meta["features"])
             if len(set(det.feature_names_)) != len(det.feature_names_):
                 raise ArtifactError(f"{path}: feature names must be unique")

@@ -33,6 +33,44 @@ def test_metadata_is_plain_json_with_everything_needed(tiny_model_dir):
     assert meta["features"] == [f"f{j}" for j in range(6)]
 
 
+def test_load_restores_every_parameter_so_a_clone_trains_the_same_model(tmp_path):
+    """load dropped scale_discrete, max_train_rows and calibration.holdout (back to their defaults): get_params of a
+    loaded model was wrong, and clone(KDSM.load(p)).fit(X) trained another model."""
+    from sklearn.base import clone
+
+    from offline_train.config import (
+        CalibrationConfig,
+        EMAConfig,
+        ModelConfig,
+        OptimConfig,
+        RefineConfig,
+        ScoreConfig,
+        SigmaConfig,
+    )
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    X[:, 2] = X[:, 2] > 0  # a binary column: scale_discrete decides whether it is standardised
+    det = KDSM(sigma=SigmaConfig(), model=ModelConfig(width=16, depth=1), ema=EMAConfig(), refine=RefineConfig(),
+               score=ScoreConfig(), train=OptimConfig(steps=20, precision="fp32"),
+               calibration=CalibrationConfig(holdout=0.3), scale_discrete=True, max_train_rows=100).fit(X)
+    loaded = KDSM.load(det.save(tmp_path / "m"))
+    assert loaded.get_params() == det.get_params()
+    np.testing.assert_allclose(clone(loaded).fit(X).decision_function(X), det.decision_function(X), rtol=1e-6)
+
+
+def test_an_artifact_without_the_estimator_parameters_loads_with_the_old_defaults(tiny_model_dir, tmp_path):
+    from offline_train.artifact import _checksum
+
+    m = _copy(tiny_model_dir, tmp_path)
+    meta = json.loads((m / METADATA).read_text())
+    meta.pop("estimator", None)
+    meta["calibration"].pop("holdout", None)
+    meta["checksum"] = _checksum(m / WEIGHTS, meta)
+    (m / METADATA).write_text(json.dumps(meta))
+    p = KDSM.load(m).get_params()
+    assert (p["scale_discrete"], p["max_train_rows"], p["calibration"].holdout) == (False, 200_000, 0.2)
+
+
 def _copy(src, tmp_path):
     dst = tmp_path / "m"
     shutil.copytree(src, dst)
