@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -90,3 +91,30 @@ def test_kdsm_stream_on_a_taken_metrics_port_says_so_in_one_line(tiny_model_dir,
     assert r.returncode == 2 and len(err) == 1, r.stderr
     assert err[0].startswith(f"kdsm stream: error: metrics server cannot listen on 127.0.0.1:{port} (metrics.host, "
                              "metrics.port): ") and "set metrics.port: 0 for any free port" in err[0]
+
+
+def test_an_idle_connection_neither_freezes_healthz_nor_blocks_stop(capfd):
+    """A client that connects and sends nothing (a TCP probe, a port scan) held wsgiref's one-threaded server: /healthz
+    and /metrics went unanswered as long as it stayed, and stop() (the streamer's exit) waited for it for ever."""
+    server = MetricsServer(StreamMetrics(), port=0, request_timeout_s=0.5).start()
+    idle = socket.create_connection(("127.0.0.1", server.port))
+    closed_by_server = socket.create_connection(("127.0.0.1", server.port))
+    stopper = threading.Thread(target=server.stop, daemon=True)  # a stop() that hangs fails the test, not the run
+    try:
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert _get(server.url + "/healthz")[0] == 200 and _get(server.url + "/metrics")[0] == 200
+        assert time.monotonic() - t0 < 2
+        closed_by_server.settimeout(5)
+        assert closed_by_server.recv(1) == b""  # the server gave up on it after its request timeout
+        t0 = time.monotonic()
+        stopper.start()
+        stopper.join(5)
+        assert not stopper.is_alive() and time.monotonic() - t0 < 2, "stop() waits on the idle connection"
+    finally:
+        idle.close()
+        closed_by_server.close()
+        if not stopper.is_alive() and stopper.ident is None:
+            stopper.start()
+        stopper.join(5)
+    assert "Traceback" not in capfd.readouterr().err  # a request that timed out is no error worth a traceback

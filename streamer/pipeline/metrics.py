@@ -5,7 +5,9 @@ in one process do not collide; the wiring registers the lifecycle's counters
 (archive, drift, registry: ``streamer.lifecycle.metrics``) on the same
 registry. ``/metrics`` also serves prometheus_client's process-wide
 registry, where the process/GC collectors live. ``/healthz`` answers 200 while the consumer
-loop has completed an iteration within ``stale_s`` seconds, else 503.
+loop has completed an iteration within ``stale_s`` seconds, else 503. Each request has a thread of its own and
+``request_timeout_s`` to arrive, so a client that connects and sends nothing holds neither the other requests nor
+the streamer's exit.
 
 >>> m = StreamMetrics()
 >>> m.events.labels("scored").inc(3)
@@ -19,6 +21,7 @@ import errno
 import socket
 import threading
 import time
+from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -73,8 +76,26 @@ class StreamMetrics:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 5.0  # seconds a request may take to arrive (StreamRequestHandler sets it on the socket)
+
+    def handle(self):
+        try:
+            super().handle()
+        except OSError:  # a client that sent nothing in time, or went away: nothing to answer, nothing to log
+            pass
+
     def log_message(self, *args):  # access logs would drown the JSON logs
         pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread per request: wsgiref's own server answers one at a time, so one idle connection held them all.
+
+    The threads are daemons and ``server_close`` does not join them: a handler waiting on a silent client never
+    holds up the streamer's exit (it ends at its timeout, or with the process)."""
+
+    daemon_threads = True
+    block_on_close = False
 
 
 def bind_error(host: str, port: int, e: Exception) -> ConfigError:
@@ -94,10 +115,13 @@ def bind_error(host: str, port: int, e: Exception) -> ConfigError:
 class MetricsServer:
     """Serves ``/metrics`` and ``/healthz`` from a daemon thread; ``port=0`` picks a free port."""
 
-    def __init__(self, metrics: StreamMetrics, host: str = "127.0.0.1", port: int = 9108, stale_s: float = 30.0):
+    def __init__(self, metrics: StreamMetrics, host: str = "127.0.0.1", port: int = 9108, stale_s: float = 30.0,
+                 request_timeout_s: float = 5.0):
         self.metrics, self.stale_s = metrics, stale_s
+        handler = type("_Handler", (_QuietHandler,), {"timeout": request_timeout_s})
         try:
-            self.server: WSGIServer = make_server(host, port, self._app, handler_class=_QuietHandler)
+            self.server: WSGIServer = make_server(host, port, self._app, server_class=_ThreadingServer,
+                                                  handler_class=handler)
         except (OSError, OverflowError) as e:  # port taken, host unknown or not local, port out of range: one line
             raise bind_error(host, port, e) from None
         self.host, self.port = host, self.server.server_port
@@ -112,6 +136,7 @@ class MetricsServer:
         return self
 
     def stop(self) -> None:
+        """Stop accepting and close the listening socket; requests still in their threads are not waited for."""
         self.server.shutdown()
         self.server.server_close()
 
