@@ -765,3 +765,39 @@ def test_the_watcher_serves_its_run_counter_on_retrain_metrics_port(setup, tmp_p
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
     assert f"127.0.0.1:{port}/metrics" in (tmp_path / "watch.log").read_text()  # the metrics log line gives its URL
+
+
+@pytest.mark.parametrize("when", ["before the run", "during the training"])
+def test_a_registry_key_of_the_wrong_type_fails_the_run_with_exit_2_and_no_orphan(when, setup, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """`SET <p>registry:versions x; kdsm retrain`: the run trained, copied its artifact into the store, then died at
+    ZADD (exit 1, `unexpected error: RegistryError`), leaving an entry and an artifact no version set lists. The key
+    types are now checked before the training and again before the store is written: exit 2, the line names the key."""
+    import streamer.lifecycle.retrain as retrain
+
+    s, reg, v0 = setup
+    write_archive(Path(s.archive.dir), shifted(2000, 1))
+    if when == "before the run":
+        reg.r.delete(reg.keys.versions)
+        reg.r.set(reg.keys.versions, "x")
+    else:
+        real = retrain.select_window
+
+        def then_overwrite(*args, **kwargs):
+            window = real(*args, **kwargs)
+            reg.r.delete(reg.keys.versions)
+            reg.r.set(reg.keys.versions, "x")
+            return window
+
+        monkeypatch.setattr(retrain, "select_window", then_overwrite)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(s.model_dump_json(include={"model", "train", "redis", "archive",
+                                                                         "registry", "retrain"}))))
+    assert kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"]) == 2
+    res = json.loads(capsys.readouterr().out)
+    assert res["status"] == "failed" and res["version"] is None, res
+    assert f"Redis key {reg.keys.versions} holds a string, not the zset" in res["reason"], res["reason"]
+    assert ("train" in res["details"]) == (when == "during the training")
+    assert sorted(p.name for p in Path(s.registry.store_dir).iterdir()) == [v0]  # no orphan artifact
+    assert reg.r.keys(reg.keys.version("*")) == [reg.keys.version(v0)]  # no orphan entry
+    assert reg.current_version() == v0

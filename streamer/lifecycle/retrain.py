@@ -71,7 +71,15 @@ from offline_train.engine import make_engine
 from offline_train.job import label_metrics
 
 from .archive import closed_files
-from .control import RedisUnavailable, expect_types, mask_url, never_expires, read_raw, text_of
+from .control import (
+    RedisUnavailable,
+    expect_types,
+    mask_url,
+    never_expires,
+    read_raw,
+    text_of,
+    wrong_types,
+)
 from .metrics import LifecycleMetrics
 from .registry import CurrentChanged, LockLost, ModelRegistry, RegistryError
 
@@ -324,6 +332,9 @@ def run_retrain(settings, registry: ModelRegistry, reason: str = "schedule", now
         try:
             try:
                 res = _run_locked(settings, registry, reason, now, lock)
+            except RegistryError as e:  # a registry key written by hand (one line naming it and its repair): exit 2
+                log.error({"event": "retrain_registry_unusable", "error": str(e)})
+                res = RetrainResult("failed", reason=str(e), user_error=True)
             except REDIS_DOWN as e:  # lost mid-run: nothing promoted (the promote script runs in Redis); exit 2
                 why = f"Redis at {mask_url(settings.redis.url)} stopped answering during the run: {type(e).__name__}: {e}"
                 log.error({"event": "retrain_redis_unavailable", "error": why})
@@ -370,12 +381,28 @@ def _not_acquired(registry: ModelRegistry) -> RetrainResult:
     return res
 
 
+def _check_registry_keys(registry: ModelRegistry, version: str | None = None) -> None:
+    """A ``RegistryError`` naming each registry key of another Redis type (written by hand) ``add`` would write.
+
+    Checked before the training and again before the artifact is copied into the store: ``add`` copies first and
+    registers after, so a ZADD refused then (WRONGTYPE) left an artifact and an entry no version set lists.
+    """
+    keys = registry.keys
+    expected = {keys.versions: "zset", keys.pointers: "hash", keys.log: "stream"}
+    if version:
+        expected[keys.version(version)] = "string"
+    line = wrong_types(registry.r, expected)
+    if line:
+        raise RegistryError(line)
+
+
 def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: RetrainLock) -> RetrainResult:
     rc = settings.retrain
     try:  # a current pointer promote refuses (not UTF-8, a key of another type): said now, not after the training
         cur_version = registry.checked_current_version()
     except RegistryError as e:
         return RetrainResult("failed", reason=str(e))
+    _check_registry_keys(registry)  # a registry key of another type: said now (RegistryError, exit 2)
     current = None
     if cur_version:
         # Never trained without it: the new version would lose its features and feature spec (another schema hash, so
@@ -433,6 +460,7 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     details["train"] = {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"}
     tmp = Path(tempfile.mkdtemp(prefix="kdsm-retrain-"))
     try:
+        _check_registry_keys(registry, det.version_)  # again, before the store is written: no orphan artifact
         data_window = {"from": window["from"], "to": window["to"], "rows": window["rows"], "usable_rows": usable,
                        "files": [str(f) for f in window["files"]]}
         det.save(tmp / "model", extra={"data_window": data_window, "trigger": trigger})
@@ -440,6 +468,9 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
                                                      "parent": cur_version, "status": "validating"})
     except (storage.StorageError, DataError) as e:  # the artifact store (registry.store_dir) cannot be reached
         return RetrainResult("failed", reason=f"artifact store unusable: {e}", details=details, user_error=True)
+    except RegistryError as e:  # a registry key overwritten during the training
+        log.error({"event": "retrain_registry_unusable", "error": str(e)})
+        return RetrainResult("failed", reason=str(e), details=details, user_error=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     try:
