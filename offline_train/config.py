@@ -489,18 +489,19 @@ def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLi
         return settings
     except ValidationError as e:
         source = f" in {path}" if path else ""
-        raise ConfigError(f"invalid configuration{source}:\n" + _error_lines(e)) from None
+        raise ConfigError(f"invalid configuration{source}: " + _errors(e)) from None
     finally:
         _CURRENT_FILE.pop(cls, None)
 
 
-def _error_lines(e: ValidationError) -> str:
-    lines = []
+def _errors(e: ValidationError) -> str:
+    """Every error as ``key.path: what``, in one line (the README's promise for config errors): joined by "; "."""
+    parts = []
     for err in e.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"  {where}: {msg}")
-    return "\n".join(lines)
+        msg = "unknown key" if err["type"] == "extra_forbidden" else " ".join(str(err["msg"]).split())
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts)
 
 
 @contextlib.contextmanager
@@ -518,4 +519,4 @@ def flag_overrides():
     try:
         yield
     except ValidationError as e:  # one flag is set at a time: one error, one line
-        raise ConfigError("invalid value for " + _error_lines(e).strip()) from None
+        raise ConfigError("invalid value for " + _errors(e)) from None

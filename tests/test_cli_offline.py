@@ -184,6 +184,20 @@ def test_clear_errors_without_traceback(small_parquet, tiny_config, tmp_path, ca
     assert "no model artifact" in _err(capsys)
 
 
+def test_config_errors_are_one_line(small_parquet, tmp_path, capsys):
+    """The README promises one line; the message was "invalid configuration in F:" and then a line per bad key."""
+    cfg = tmp_path / "unk.yaml"
+    cfg.write_text("train:\n  stpes: 5\n")
+    assert main(["train", "--data", str(small_parquet), "--out", str(tmp_path / "m"), "--config", str(cfg)]) == 2
+    err = _err(capsys)
+    assert err == f"kdsm train: error: invalid configuration in {cfg}: train.stpes: unknown key\n"
+    cfg.write_text("train:\n  stpes: 5\nsigma:\n  base: -1\n")
+    assert main(["train", "--data", str(small_parquet), "--out", str(tmp_path / "m"), "--config", str(cfg)]) == 2
+    err = _err(capsys)
+    assert err.count("\n") == 1 and ("train.stpes: unknown key; " in err or "; train.stpes: unknown key" in err)
+    assert "sigma.base: " in err and not (tmp_path / "m").exists()
+
+
 def test_score_refuses_unreadable_data_and_outputs_in_one_line(small_parquet, tiny_config, tmp_path, capsys):
     model = tmp_path / "m"
     assert main(["train", "--data", str(small_parquet), "--out", str(model), "--config", str(tiny_config),
