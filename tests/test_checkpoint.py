@@ -1,22 +1,38 @@
 """The commit order's bookkeeping when a commit fails (``streamer.pipeline.checkpoint``), on stand-in clients.
 
 The real broker's side (a broker killed or hung mid-stream) is in ``test_broker_crash.py``; here the consumer's
-``commit`` fails on cue, so each branch of step 4 is reached every time.
+``commit`` fails on cue, so each branch of step 4 is reached every time. At the end, exactly once: a message the
+broker refuses for what it is (a topic's small ``max.message.bytes``), on a stand-in transactional producer that fails
+records at flush as kafka-python does (Tansu ignores ``max.message.bytes``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import numpy as np
 import pytest
-from kafka.errors import CommitFailedError, KafkaTimeoutError, NotLeaderForPartitionError
+from kafka.errors import (
+    CommitFailedError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    NotLeaderForPartitionError,
+)
 from kafka.future import Future
 from kafka.structs import TopicPartition
 
 from streamer.pipeline.batch import ScoredBatch
-from streamer.pipeline.checkpoint import Checkpointer, DeliveryError, InFlight
+from streamer.pipeline.checkpoint import (
+    Checkpointer,
+    DeliveryError,
+    InFlight,
+    TransactionAborted,
+    TransactionalCheckpointer,
+)
+from streamer.pipeline.fallback import fallback_record
 
 TP = TopicPartition("events", 0)
 
@@ -219,3 +235,156 @@ def test_an_alert_delivered_by_a_re_send_or_its_fallback_is_observed_once(refusa
     cp.add(b)
     assert sunk(cp.drain()) == list(range(5))
     assert len(acked) == 1
+
+
+# ---------------------------------------------------------------------------------------------------- exactly once
+class TransactionalProducer:
+    """kafka-python's transactional producer in small, with a topic whose ``max.message.bytes`` is ``limit``.
+
+    ``flush`` writes the queued records in order; the broker refuses a record over ``limit`` bytes
+    (``MessageSizeTooLargeError``, non-retriable, a fresh exception) or, with ``nack``, every record with a retriable
+    error. As kafka-python does, the first failure puts the transaction in error: the records not sent yet fail with
+    that same exception (``abort_undrained_batches`` with the transaction's ``last_error``), a send raises a plain
+    ``KafkaError``, and only an abort clears it. Committed records are ``visible``."""
+
+    def __init__(self, limit: int = 1000, nack: bool = False):
+        self.limit, self.nack = limit, nack
+        self.queued, self.open, self.visible, self.offsets = [], [], [], []
+        self.error, self.aborts, self.commits = None, 0, 0
+
+    def send(self, topic, key=None, value=None, headers=None):
+        if self.error is not None:
+            raise KafkaError("Cannot perform send because at least one previous transactional or idempotent request "
+                             "has failed with errors.", self.error)
+        future = Future()
+        self.queued.append((topic, key, value, future))
+        return future
+
+    def flush(self, timeout=None):
+        for topic, key, value, future in self.queued:
+            if self.error is not None:
+                future.failure(self.error)  # not sent yet when the transaction fell into error
+            elif self.nack:
+                self.error = NotLeaderForPartitionError("the leader moved")
+                future.failure(self.error)
+            elif len(value) > self.limit:
+                self.error = MessageSizeTooLargeError("the topic's max.message.bytes")
+                future.failure(self.error)
+            else:
+                self.open.append((topic, key, value))
+                future.success(None)
+        self.queued = []
+
+    def begin_transaction(self):
+        self.open = []
+
+    def send_offsets_to_transaction(self, offsets, group):
+        if self.error is not None:
+            raise KafkaError("in an abortable error state")
+        self.offsets.append({tp: o.offset for tp, o in offsets.items()})
+
+    def commit_transaction(self):
+        if self.error is not None:
+            raise KafkaError("in an abortable error state")
+        self.visible.extend(self.open)
+        self.commits += 1
+
+    def abort_transaction(self):
+        self.queued, self.open, self.error = [], [], None
+        self.aborts += 1
+
+
+class GroupConsumer(Consumer):
+    def group_metadata(self):
+        return "group"
+
+    def assignment(self):
+        return {TP}
+
+
+def alert(offset: int, reads: int) -> bytes:
+    """An alert as the loop builds it, for the event at ``offset``; ``scored_at`` differs from one read to the next."""
+    return json.dumps({"alert_id": f"a{offset}", "event_id": f"e{offset}", "scored_at": f"read {reads}",
+                       "score": 9.5, "source": {"topic": TP.topic, "partition": TP.partition, "offset": offset},
+                       "top_features": [{"name": "f0", "value": 1.0}]}, separators=(",", ":")).encode()
+
+
+def dead(offset: int, reads: int, payload_bytes: int) -> bytes:
+    return json.dumps({"reason": "missing_feature", "message": "f0",
+                       "source": {"topic": TP.topic, "partition": TP.partition, "offset": offset},
+                       "dead_at": f"read {reads}", "payload": "x" * payload_bytes}, separators=(",", ":")).encode()
+
+
+def read_and_publish(cp, first: int, messages, reads: int) -> None:
+    """One read of the batch of events ``first``..``first + 4``: its messages built again, sent, the batch added
+    (exactly once: committed, or ``TransactionAborted``)."""
+    b = batch(first)
+    for topic, make in messages:
+        cp.send(b, topic, b"k", make(reads))
+    cp.add(b)
+
+
+def publish_until_committed(cp, first: int, messages, most: int = 10) -> int:
+    """The loop's abort / rewind / read again cycle for one batch; returns how many reads it took."""
+    for reads in range(1, most + 1):
+        try:
+            read_and_publish(cp, first, messages, reads)
+            return reads
+        except TransactionAborted:
+            continue
+    raise AssertionError(f"not committed after {most} reads")
+
+
+def test_exactly_once_a_message_the_broker_refuses_is_replaced_by_its_fallback_when_read_again():
+    """The topic's ``max.message.bytes`` refuses a dead letter at flush: the transaction aborts once, the re-read
+    sends that event's fallback record (at-least-once's: the short fields, ``publish_fallback``) at once, and commits.
+    The alert after it, failed with the same exception as a record not sent yet, goes again in full. Before the fix
+    every read aborted: after 4, ``DeliveryError`` and exit 1, and the restart met the same batch (the partition
+    stopped for good)."""
+    producer = TransactionalProducer(limit=1000)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=3)
+    messages = [("alerts", lambda r: alert(1, r)), ("dead", lambda r: dead(2, r, 5000)), ("alerts", lambda r: alert(3, r))]
+    assert publish_until_committed(cp, 0, messages) == 2
+    assert producer.aborts == 1 and cp.aborted_batches == 1 and cp._aborts_in_a_row == 0
+    assert producer.offsets == [{TP: 5}] and sunk(cp.retire()) == list(range(5))
+    (_, _, a1), (_, _, fb), (_, _, a3) = producer.visible
+    assert a1 == alert(1, 2) and a3 == alert(3, 2)  # in full
+    assert fb == fallback_record(dead(2, 2, 5000), repr(MessageSizeTooLargeError("the topic's max.message.bytes")))
+    kept = json.loads(fb)
+    assert kept["source"]["offset"] == 2 and kept["publish_fallback"]["left_out"] == ["payload"]
+    assert cp.refused == {}  # committed: forgotten
+
+
+def test_exactly_once_refusals_do_not_count_toward_the_abort_limit():
+    """Three refused dead letters in one batch, ``resend_attempts`` 1: each abort learns one (the others fail with its
+    exception, as records not sent yet), so four reads commit the batch with three fallbacks; none of the aborts
+    counts toward the limit."""
+    producer = TransactionalProducer(limit=1000)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=1)
+    messages = [("dead", lambda r, o=o: dead(o, r, 5000)) for o in (1, 2, 3)] + [("alerts", lambda r: alert(4, r))]
+    assert publish_until_committed(cp, 0, messages) == 4
+    assert [json.loads(v).get("publish_fallback") is not None for _, _, v in producer.visible] == [True] * 3 + [False]
+    assert producer.offsets == [{TP: 5}] and len(cp.refused) == 0
+
+
+def test_exactly_once_retriable_failures_still_stop_after_the_abort_limit():
+    producer = TransactionalProducer(nack=True)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=2)
+    messages = [("alerts", lambda r: alert(1, r))]
+    for _ in range(2):
+        with pytest.raises(TransactionAborted):
+            read_and_publish(cp, 0, messages, 1)
+    with pytest.raises(DeliveryError, match="3 transactions in a row aborted"):
+        read_and_publish(cp, 0, messages, 1)
+    assert producer.visible == [] and producer.offsets == [] and cp.refused == {}
+
+
+def test_exactly_once_a_refused_fallback_stops_after_the_abort_limit():
+    """A broker that takes nothing (every record over its limit, the fallback too): the first abort learns the
+    message, the re-reads whose fallback is refused count, and ``DeliveryError`` stops the streamer uncommitted."""
+    producer = TransactionalProducer(limit=10)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=1)
+    messages = [("dead", lambda r: dead(1, r, 50))]
+    with pytest.raises(DeliveryError, match="2 transactions in a row aborted"):
+        publish_until_committed(cp, 0, messages)
+    assert producer.aborts == 3 and producer.visible == [] and producer.offsets == []

@@ -10,7 +10,9 @@ and abort markers that Tansu does write, as Apache Kafka's broker does for such 
   nothing of it visible after the fence; its successor finishes exactly once; a fence between a batch's
   sends and its commit ends within ``kafka.delivery_timeout_s`` (Tansu drops the connection on that commit);
 - a batch whose publish fails is aborted (nothing visible, offsets not committed) and read again, from its first
-  offset when nothing is committed yet, even with ``auto_offset_reset: latest``.
+  offset when nothing is committed yet, even with ``auto_offset_reset: latest``;
+- a dead letter the broker refuses for its size is replaced by its fallback record when the batch is read again:
+  one abort, the partition goes on.
 """
 
 from __future__ import annotations
@@ -27,13 +29,18 @@ from collections import Counter
 import pytest
 from conftest import make_blobs
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import MessageSizeTooLargeError
 from kafka.future import Future
 from stream_support import (
+    Collect,
+    StreamerThread,
     create_topics,
     event,
     kill_and_close,
     make_settings,
+    produce,
     produce_paced,
+    wait_for,
     write_stream_config,
 )
 from test_stream_crash import TopicReader, _start, _wait_log
@@ -42,6 +49,7 @@ from txn_reader import read_committed
 from offline_train.detector import KDSM
 from streamer.lifecycle.control import connect
 from streamer.lifecycle.thresholds import ThresholdStore
+from streamer.pipeline import app as app_module
 from streamer.pipeline.checkpoint import (
     Fenced,
     InFlight,
@@ -399,6 +407,83 @@ def test_an_aborted_batch_is_read_again_under_latest_without_a_committed_offset(
     producer.close()
     consumer.close(autocommit=False)
     assert again == list(range(15))
+
+
+class SmallTopicProducer:
+    """The real transactional producer, except for one topic with a small ``max.message.bytes``: a record over
+    ``limit`` bytes is refused by "the broker" when the producer is flushed (``MessageSizeTooLargeError``, what Apache
+    Kafka answers). Tansu ignores ``max.message.bytes``, so the refusal is played here: the record is held back and
+    its future failed once the real flush returns. Everything else (the transaction, its other records, the
+    offsets, commit and abort) is the real producer's on the real broker."""
+
+    def __init__(self, real, topic: str, limit: int):
+        self._real, self._topic, self._limit = real, topic, limit
+        self._held: list[Future] = []
+        self.refused: list[int] = []  # the size of each record refused
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def send(self, topic, key=None, value=None, headers=None, **kw):
+        if topic == self._topic and value is not None and len(value) > self._limit:
+            self.refused.append(len(value))
+            future = Future()
+            self._held.append(future)
+            return future
+        return self._real.send(topic, key=key, value=value, headers=headers, **kw)
+
+    def flush(self, timeout=None):
+        self._real.flush(timeout=timeout)
+        held, self._held = self._held, []
+        for future in held:
+            future.failure(MessageSizeTooLargeError("MESSAGE_SIZE_TOO_LARGE: over the topic's max.message.bytes"))
+
+
+def test_a_dead_letter_the_broker_refuses_is_replaced_by_its_fallback_and_the_partition_goes_on(
+        kafka_bootstrap, redis_url, unique, tiny_model_dir, monkeypatch):
+    """The real ``StreamApp`` on the real broker, exactly once; the dead-letter topic takes at most 3000 bytes a record
+    (``SmallTopicProducer``) and three 10 KB events that are not valid make dead letters larger than that. Each
+    batch holding one aborts once; read again, the refused dead letter goes as its fallback record at once, and the
+    stream goes on: every valid event alerts once, each large event is one fallback dead letter, the group's offset
+    covers every event. Before the fix every read of such a batch aborted: after 4, ``DeliveryError`` stopped the
+    streamer, and a restart met the same batch (the partition stopped for good)."""
+    model, s = _setup(None, kafka_bootstrap, redis_url, unique, tiny_model_dir, max_batch=50)
+    s.kafka.transactional_id = f"tx-{unique}"
+    X = make_blobs(n=300, seed=4)[0]
+    large = {60, 61, 170}
+    values = [b'{"id": "p%d", "blob": "%s"}' % (i, b"x" * 10000) if i in large else event(f"e{i}", x, model.feature_names_)
+              for i, x in enumerate(X)]
+    made = app_module.make_transactional_producer
+    wrapped = []
+
+    def make_small_topic_producer(k):
+        wrapped.append(SmallTopicProducer(made(k), s.kafka.deadletter_topic, 3000))
+        return wrapped[-1]
+
+    monkeypatch.setattr(app_module, "make_transactional_producer", make_small_topic_producer)
+    sink = Collect()
+    produce(s, values)
+    valid = {f"e{i}" for i in range(len(values)) if i not in large}
+    st = StreamerThread(s, sinks=[sink]).start()
+    try:
+        assert wait_for(lambda: sink.distinct() >= len(valid) or st.error, timeout=90), sink.distinct()
+    finally:
+        st.stop()  # raises what stopped the streamer (before the fix: DeliveryError)
+    cp = st.app.checkpoint
+    assert 1 <= cp.aborted_batches <= len(large) and cp._aborts_in_a_row == 0 and cp.refused == {}
+    assert len(wrapped[0].refused) == len(large)  # each refused once: read again, its fallback went at once
+    assert set(sink.ids()) == valid
+    alerts = read_committed(kafka_bootstrap, s.kafka.alerts_topic, 1)
+    counts, dups = _exactly_once(alerts, lambda a: a["event_id"])
+    assert set(counts) == valid and dups == 0
+    dead = [json.loads(r.value) for r in read_committed(kafka_bootstrap, s.kafka.deadletter_topic, 1).records]
+    assert sorted(d["source"]["offset"] for d in dead) == sorted(large)
+    for d in dead:
+        assert "MessageSizeTooLargeError" in d["publish_fallback"]["error"], d
+        assert "payload" in d["publish_fallback"]["left_out"] and d["payload_bytes"] > 10000
+    c = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=s.kafka.group_id, enable_auto_commit=False)
+    assert c.committed(TopicPartition(s.kafka.events_topic, 0)) == len(values)
+    c.close()
 
 
 def test_tansu_quirk_read_committed_returns_aborted_records(kafka_bootstrap, unique):

@@ -51,9 +51,13 @@ alert and dead letter once, and only when the batch's offsets are committed:
 1. the batch's first message begins the transaction (``begin_transaction``);
    every alert and dead letter is sent in it; a message the producer refuses
    before it leaves (too large) is replaced by its fallback record at once,
-   in the same transaction (the refusal does not touch the transaction);
+   in the same transaction (the refusal does not touch the transaction), and
+   so is a message the broker refused for what it is in an aborted
+   transaction (step 5);
 2. the producer is flushed and every message must be acknowledged; any
-   failed or unacknowledged send aborts (step 5);
+   failed or unacknowledged send aborts (step 5): a record the broker refuses
+   puts the transaction in error, so neither it nor its fallback can be
+   committed in that transaction;
 3. the batch's offsets (last offset + 1 per partition) go into the
    transaction with the consumer's group metadata
    (``send_offsets_to_transaction``, KIP-447 fencing on Kafka >= 2.5);
@@ -65,8 +69,21 @@ alert and dead letter once, and only when the batch's offsets are committed:
    the committed offsets (without one, to the first offset taken from the
    partition, whatever ``auto_offset_reset`` says), and the batch is read and
    scored again;
+   a message the broker refused for what it is (a non-retriable error of its
+   own: ``MessageSizeTooLargeError`` from a topic's small
+   ``max.message.bytes``, an invalid record) is remembered by its event
+   (the ``source`` topic, partition and offset every alert and dead letter
+   carries) and destination topic; when the event's alert or dead letter is
+   sent again, its fallback record goes in its place at once (the same record
+   and code as at least once), so the refusal stops the partition for one
+   abort only; kafka-python fails the records it had not sent yet when the
+   transaction fell into error with the same exception (and refuses any send
+   after it), so only the first record to fail with each exception is taken
+   for refused;
    ``resend_attempts`` aborts in a row raise ``DeliveryError``: the streamer
-   stops without committing;
+   stops without committing; an abort that remembered a refused message and
+   met no retriable failure (nor an unanswered send) is not counted (each such
+   abort remembers one more message of a finite batch, so the cycle ends);
 6. a producer fenced by a newer one with the same transactional id (a
    restarted instance, a duplicate process) raises ``Fenced``: it must stop,
    its open transaction is aborted by the broker, nothing of it is visible;
@@ -88,6 +105,8 @@ de-duplication (docs/streaming.md, "Exactly once").
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import logging
 import threading
 import time
@@ -95,7 +114,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgspec
 from kafka.errors import (
+    BrokerResponseError,
     CommitFailedError,
     FencedInstanceIdError,
     IllegalGenerationError,
@@ -149,6 +170,7 @@ class Send:
     fallback: bool = False  # this is the small record that replaced a refused message
     headers: list | None = None  # Kafka headers, (name, value) pairs (a dead letter's: the event's own)
     on_acked: Callable | None = None  # called with the record's metadata when it, a re-send or its fallback is acked
+    failed_seq: int | None = None  # exactly once: when its future failed, in the order of the producer's failures
 
     def ok(self) -> bool:
         return self.future.is_done and self.future.succeeded()
@@ -443,6 +465,10 @@ class TransactionalCheckpointer(Checkpointer):
         self._done: list[ScoredBatch] = []  # committed, not yet handed to the sinks
         self.aborted_batches = 0
         self._aborts_in_a_row = 0
+        # Messages the broker refused for what they are in an aborted transaction, by (destination topic, event):
+        # the refusal, sent again as the fallback's reason when the event's message is sent again (step 5).
+        self.refused: dict[tuple, BaseException] = {}
+        self._failures = itertools.count()  # orders the producer's failures (``failed_seq``)
 
     def warm_up(self, group_id: str, topics: list[str]) -> None:
         """An empty transaction at start: the coordinator look-ups (~0.2 s on Tansu) and the topics' metadata
@@ -463,20 +489,27 @@ class TransactionalCheckpointer(Checkpointer):
     def send(self, batch: InFlight, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
              on_acked: Callable | None = None) -> Future:
         self._begin()  # step 1
-        s = self._dispatch(topic, key, value, headers, on_acked)
-        if s.future.is_done and not s.future.succeeded() and not _retriable(s):
-            s = self._fall_back(s)  # refused before it left (too large): the small record, same transaction
+        refusal = self.refused.get(_identity(topic, key, value)) if self.refused else None
+        if refusal is not None:  # the broker refused it in an aborted transaction: its fallback at once (step 5)
+            s = self._fall_back(Send(topic, key, value, Future().failure(refusal), headers=headers, on_acked=on_acked))
+        else:
+            s = self._dispatch(topic, key, value, headers, on_acked)
+            if s.future.failed() and _refused_for_itself(s.future.exception):
+                s = self._fall_back(s)  # refused before it left (too large): the small record, same transaction
         batch.sends.append(s)
         return s.future
 
     def add(self, batch: InFlight) -> None:
         """Steps 2-4 for one batch, now; raises ``TransactionAborted`` (step 5) or ``Fenced`` (step 6)."""
+        failed: list[Send] = []
+        remembered = 0
         try:
             self._begin()  # a batch without messages still commits its offsets in a transaction
             if batch.sends:
                 self._flush()
             failed = [s for s in batch.sends if not s.ok()]
             if failed:  # step 2
+                remembered = self._remember(failed)
                 err = next((s.future.exception for s in failed if s.future.is_done), None)
                 raise TransactionAborted(f"{len(failed)} message(s) not acknowledged: {err!r}")
             offsets = self._acked_offsets([batch])
@@ -488,9 +521,12 @@ class TransactionalCheckpointer(Checkpointer):
         except (KafkaError, TransactionAborted) as e:
             if self._fatal(e):
                 raise self._fenced(e) from None
-            self._abort(batch, e)  # step 5
+            # Counted toward the limit unless it only taught which messages to replace (step 5).
+            counted = not remembered or any(not s.future.is_done or _retriable(s) for s in failed)
+            self._abort(batch, e, counted, remembered)  # step 5
             raise TransactionAborted(repr(e)) from None
         self._aborts_in_a_row = 0
+        self._forget_committed(batch.offsets)
         self._done.extend(self._committed([batch]))
 
     def retire(self) -> list[ScoredBatch]:
@@ -523,14 +559,71 @@ class TransactionalCheckpointer(Checkpointer):
                 raise
             self._open = True
 
-    def _abort(self, batch: InFlight, e: Exception) -> None:
+    def _dispatch(self, topic: str, key: bytes | None, value: bytes, headers: list | None = None,
+                  on_acked: Callable | None = None, fallback: bool = False) -> Send:
+        s = super()._dispatch(topic, key, value, headers, on_acked, fallback)
+        s.future.add_errback(self._failed_now, s)
+        return s
+
+    def _failed_now(self, s: Send, _error: BaseException) -> None:
+        """Errback (the producer's I/O thread, or at once for a refusal before the record left)."""
+        s.failed_seq = next(self._failures)
+
+    def _remember(self, failed: list[Send]) -> int:
+        """Step 5: remember the messages of an aborting batch that the broker refused for what they are; returns
+        how many were not remembered yet.
+
+        Once a record fails, kafka-python fails the records it has not sent yet with that same exception (the
+        transaction's ``last_error``), and any send after it with a plain ``KafkaError``: of the records failed with
+        one exception only the first to fail (``failed_seq``) was refused, the others would have been taken. A
+        record still refused is found again on the next abort."""
+        seen: set[int] = set()
+        new = 0
+        for s in sorted((s for s in failed if s.future.failed()),
+                        key=lambda s: s.failed_seq if s.failed_seq is not None else float("inf")):
+            e = s.future.exception
+            if id(e) in seen:
+                continue  # aborted with an earlier record's error: not refused itself
+            seen.add(id(e))
+            if s.fallback or not _refused_for_itself(e):
+                continue
+            ident = _identity(s.topic, s.key, s.value)
+            if ident in self.refused:
+                continue
+            self.refused[ident] = e
+            new += 1
+            if len(self.refused) > _REFUSED_KEPT:  # bounded: the oldest go first (a partition that moved away)
+                del self.refused[next(iter(self.refused))]
+            log.warning({"event": "publish_refused", "topic": s.topic, "source": _source_of(ident),
+                         "original_bytes": len(s.value), "error": repr(e),
+                         "effect": "its fallback record is sent in its place when the batch is read again"})
+        return new
+
+    def _forget_committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """After a commit, the refusals of events it covered (their fallbacks are written, they are not read again)
+        and of partitions no longer assigned (their next owner learns its own): while any is kept, every message
+        sent is looked up (``_identity``, about 2 us for an alert)."""
+        if not self.refused:
+            return
+        assigned = self.consumer.assignment()
+        for ident in [i for i in self.refused if i[1] is not None]:
+            _, src_topic, src_partition, src_offset = ident
+            tp = TopicPartition(src_topic, src_partition)
+            end = offsets.get(tp)
+            if (end is not None and src_offset < end) or tp not in assigned:
+                del self.refused[ident]
+
+    def _abort(self, batch: InFlight, e: Exception, counted: bool = True, refused: int = 0) -> None:
         self.aborted_batches += 1
-        self._aborts_in_a_row += 1
+        if counted:
+            self._aborts_in_a_row += 1
         if self.metrics is not None:
             self.metrics.commits.labels("aborted").inc()
             self.metrics.delivery_errors.inc(sum(1 for s in batch.sends if not s.ok()))
         log.warning({"event": "transaction_aborted", "messages": len(batch.sends), "error": repr(e),
-                     "attempt": self._aborts_in_a_row, "effect": "nothing of the batch is visible; it is read again"})
+                     "attempt": self._aborts_in_a_row, "refused": refused,
+                     "effect": "nothing of the batch is visible; it is read again"
+                               + ("" if counted else ", the refused messages as their fallback records")})
         try:
             self._bounded("abort_transaction", self.producer.abort_transaction)
         except KafkaError as abort_error:
@@ -581,6 +674,45 @@ class TransactionalCheckpointer(Checkpointer):
                           "(kafka.transactional_id); this instance stops, its open transaction is aborted")
         return DeliveryError(f"fatal transactional error for transactional id {self.transactional_id!r}: {cause!r}; "
                              "offsets not committed")
+
+
+_REFUSED_KEPT = 10_000  # refused messages remembered at most (each a few hundred bytes)
+
+
+class _Source(msgspec.Struct):
+    topic: str
+    partition: int
+    offset: int
+
+
+class _Sourced(msgspec.Struct):
+    source: _Source | None = None
+
+
+_decode_source = msgspec.json.Decoder(_Sourced).decode
+
+
+def _identity(topic: str, key: bytes | None, value: bytes) -> tuple:
+    """What a message is sent for, the same however often its batch is read again: its destination topic and its
+    event (the top-level ``source`` every alert and dead letter carries; an alert's ``scored_at`` and a dead
+    letter's ``dead_at`` change from one read to the next); for a message without one, its key and digest."""
+    try:
+        src = _decode_source(value).source
+    except (msgspec.DecodeError, TypeError):
+        src = None
+    if src is not None:
+        return (topic, src.topic, src.partition, src.offset)
+    return (topic, None, key, hashlib.sha256(value).hexdigest())
+
+
+def _source_of(ident: tuple) -> dict | None:
+    return None if ident[1] is None else {"topic": ident[1], "partition": ident[2], "offset": ident[3]}
+
+
+def _refused_for_itself(e: BaseException | None) -> bool:
+    """The broker's (or the producer's own size check's) refusal of this record, which no retry changes; unlike
+    a retriable error, or a plain ``KafkaError``/``IllegalStateError`` about the transaction's state."""
+    return isinstance(e, BrokerResponseError) and not getattr(e, "retriable", False)
 
 
 def _retriable(s: Send) -> bool:
