@@ -801,3 +801,36 @@ def test_a_registry_key_of_the_wrong_type_fails_the_run_with_exit_2_and_no_orpha
     assert sorted(p.name for p in Path(s.registry.store_dir).iterdir()) == [v0]  # no orphan artifact
     assert reg.r.keys(reg.keys.version("*")) == [reg.keys.version(v0)]  # no orphan entry
     assert reg.current_version() == v0
+
+
+def test_requests_met_by_a_lock_key_that_never_expires_stay_pending_until_it_is_deleted(setup, redis_url, caplog):
+    """A lock key written by hand without an expiry: the run fails (`... exists without an expiry ...`), and the
+    watcher acknowledged, so lost, the requests; after the operator deleted the key they never ran. They now stay
+    pending (log retrain_requests_deferred, error, naming the key to delete) and run once it is gone."""
+    import redis
+
+    s, reg, v0 = setup  # no archive: the run, once it may, fails at once ("empty window"); it ran all the same
+    s.retrain.request_delay_s, s.retrain.watch_block_s = 0.0, 0.3
+    reg.r.set(reg.keys.lock, "by-hand")  # no expiry
+    rid = request_retrain(reg, "drift")
+    blocking = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        stop = threading.Event()
+        threading.Timer(2.0, stop.set).start()
+        results = watch(s, reg, blocking, stop=stop, consumer="w1")
+        assert [r.status for r in results] == ["failed"] and "without an expiry" in results[0].reason
+        assert _pending_with(reg) == [(rid, "w1")]  # not acknowledged
+        deferred = [r for r in caplog.records if "retrain_requests_deferred" in str(r.msg)]
+        assert deferred and deferred[0].levelname == "ERROR" and f"redis-cli DEL {reg.keys.lock}" in str(deferred[0].msg)
+        reg.r.delete(reg.keys.lock)  # the operator's repair
+        stop = threading.Event()
+        timer = threading.Timer(60, stop.set)
+        timer.start()
+        try:
+            results = watch(s, reg, blocking, stop=stop, max_runs=1, consumer="w1")
+        finally:
+            timer.cancel()
+    finally:
+        blocking.close()
+    assert [r.status for r in results] == ["failed"] and "empty window" in results[0].reason, results
+    assert results[0].details["trigger"] == "request:drift" and _pending_with(reg) == []

@@ -368,12 +368,13 @@ def _not_acquired(registry: ModelRegistry) -> RetrainResult:
 
     A retrain's lock always expires (``SET NX PX``, renewed while it runs). A lock key without an expiry was written
     by hand (or by another program under ``redis.key_prefix``) and would answer ``locked``, exit 0, to every retrain
-    for ever: that is a failure, naming the key to delete.
+    for ever: that is a failure, naming the key to delete (``details["lock"]``: the watcher keeps its requests).
     """
     key = registry.keys.lock
     if never_expires(registry.r, key):
         res = RetrainResult("failed", reason=f"{key} exists without an expiry, so it is no retrain's lock (written by "
-                                             f"hand?) and would block every retrain: delete it (redis-cli DEL {key})")
+                                             f"hand?) and would block every retrain: delete it (redis-cli DEL {key})",
+                            details={"lock": {"key": key, "never_expires": True}})
         log.error({"event": "retrain_lock_never_expires", "key": key, "reason": res.reason})
         return res
     res = RetrainResult("locked", reason=f"another retrain holds {key}; nothing to do")
@@ -683,11 +684,17 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
                 redis_down(e)
                 continue
             results.append(res)
-            if res.status == "locked":
+            if res.status == "locked" or res.details.get("lock", {}).get("never_expires"):
                 # Another retrain (cron, or the run that died with recovered ones) holds the lock: its window may
                 # predate these requests, so they stay pending (unacknowledged) and run once it is free; _pending
                 # reads nothing while it is held, and the pause keeps a lock taken between look and run from spinning.
-                log.info({"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered})
+                # A lock key without an expiry (by hand) is freed only by the operator: they wait for that too.
+                deferred = {"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered}
+                if res.status == "locked":
+                    log.info(deferred)
+                else:
+                    log.error({**deferred, "why": res.reason, "action": "left pending: they run once the key is "
+                               f"deleted (redis-cli DEL {registry.keys.lock})"})
                 stop.wait(settings.retrain.watch_block_s)
                 continue
             last_start_ms = start_ms
