@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
@@ -108,6 +109,17 @@ def _every_tenth(steps: int, phase):
     return on_log
 
 
+def _rows(X) -> np.ndarray:
+    """``X`` as float64, refusing what scikit-learn's ``check_array`` refuses in its words (its estimator checks match
+    them): sparse input (a scaler and a network read every value) and complex values (fitted on the real part else)."""
+    if sparse.issparse(X):
+        raise TypeError("KDSM does not accept sparse input: pass dense rows (X.toarray())")
+    X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise ValueError("Complex data not supported")
+    return np.asarray(X, dtype=np.float64)
+
+
 class KDSM(BaseEstimator):
     """Kurtosis-guided denoising score matching anomaly detector.
 
@@ -169,9 +181,11 @@ class KDSM(BaseEstimator):
         self.features_ = features
         if features is not None:
             feature_names = features.columns
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or len(X) < 2:
-            raise ValueError(f"X must be a 2-D array with at least 2 rows, got shape {X.shape}")
+        X = _rows(X)
+        if X.ndim != 2:
+            raise ValueError(f"X must be a 2-D array of rows, got shape {X.shape}")
+        if len(X) < 2:  # scikit-learn's wording
+            raise ValueError(f"Found array with {len(X)} sample(s) (shape={X.shape}) while a minimum of 2 is required.")
         if X.shape[1] < 1:  # before any part is built (scikit-learn's wording, which its estimator checks expect)
             raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of 1 is required.")
         if not np.isfinite(X).all():
@@ -366,12 +380,13 @@ class KDSM(BaseEstimator):
     def score_parts(self, X: np.ndarray, chunk: int = 65536) -> ScoreParts:
         """Scores of raw rows ``X`` with their parts, in eval mode (batch-invariant): one pass of each part."""
         check_is_fitted(self, "net_")  # scikit-learn's NotFittedError before fit (fit itself scores once net_ is set)
-        X = np.asarray(X, dtype=np.float64)
+        X = _rows(X)
         if X.ndim != 2:
             raise ValueError(f"expected a 2-D array of rows, got shape {X.shape}. Reshape your data "
                              "with X.reshape(1, -1) for a single row")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"expected {self.n_features_in_} features, got shape {X.shape}")
+        if X.shape[1] != self.n_features_in_:  # scikit-learn's wording
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
         if not np.isfinite(X).all():  # the streamer dead-letters such rows before they get here
             raise ValueError("X contains NaN or infinite values")
         Z = self.standardise(X).astype(np.float32)
@@ -442,7 +457,7 @@ class KDSM(BaseEstimator):
         it quote their values (an unseen category by name).
         """
         check_is_fitted(self, "net_")
-        X = np.asarray(X, dtype=np.float64)
+        X = _rows(X)
         F = self.score_outputs(X)[1] if outputs is None else outputs
         F = F.astype(np.float64)
         k = min(top_k or self.calibration_config.top_features, self.n_features_in_)

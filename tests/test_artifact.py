@@ -109,7 +109,7 @@ def test_truncated_and_missing_files_are_clear_errors(tiny_model_dir, tmp_path):
 
 def test_wrong_feature_count_is_refused(tiny_model_dir):
     det = KDSM.load(tiny_model_dir)
-    with pytest.raises(ValueError, match="expected 6 features"):
+    with pytest.raises(ValueError, match="X has 5 features, but KDSM is expecting 6 features as input"):
         det.decision_function(np.zeros((2, 5)))
 
 

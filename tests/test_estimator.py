@@ -3,7 +3,9 @@
 The applicable scikit-learn checks run on a tiny network. Not applicable:
 the checks that want ``predict`` to return -1/+1 (``check_outliers_*``: KDSM
 follows PyOD, 1 = outlier) and pickling (the artifact is the persistence
-format; nothing is unpickled on a load path).
+format; nothing is unpickled on a load path). ``check_n_features_in_after_fitting``
+calls ``estimator.score`` where there is one, and KDSM's ``score`` is a parameter
+(the score section), not a method: the test below checks the same in its words.
 """
 
 import json
@@ -41,12 +43,43 @@ APPLICABLE = [
     checks.check_fit_idempotent,
     checks.check_n_features_in,
     checks.check_estimators_unfitted,
+    checks.check_complex_data,
+    checks.check_fit2d_1sample,
+    checks.check_estimator_sparse_tag,
+    checks.check_estimator_sparse_array,
+    checks.check_estimator_sparse_matrix,
 ]
 
 
 @pytest.mark.parametrize("check", APPLICABLE, ids=lambda c: c.__name__)
 def test_sklearn_check(check):
     check("KDSM", tiny())
+
+
+def test_complex_and_sparse_rows_are_refused_when_scoring_too():
+    """Complex rows were scored on their real part (a ComplexWarning at most), sparse ones failed in numpy."""
+    from scipy import sparse
+
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    det = tiny().fit(X)
+    for method in (det.decision_function, det.predict, det.score_parts, det.explain):
+        with pytest.raises(ValueError, match="Complex data not supported"):
+            method(X[:2] + 1j)
+        with pytest.raises(TypeError, match="sparse"):
+            method(sparse.csr_matrix(X[:2]))
+    with pytest.raises(ValueError, match="X has 2 features, but KDSM is expecting 3 features as input"):
+        det.explain(X[:2, :2])
+    np.testing.assert_array_equal(det.decision_function(X.tolist()), det.decision_function(X))
+
+
+def test_a_row_of_another_width_is_refused_in_scikit_learns_words():
+    """What check_n_features_in_after_fitting checks (it cannot run: it calls the ``score`` parameter as a method)."""
+    X = np.random.default_rng(0).normal(size=(15, 4))
+    det = tiny().fit(X)
+    assert det.n_features_in_ == 4
+    for method in (det.predict, det.decision_function, det.score_parts, det.explain):
+        with pytest.raises(ValueError, match=r"X has 1 features, but \w+ is expecting 4 features as input"):
+            method(X[:, [1]])
 
 
 def test_init_only_stores_and_clone_keeps_params():
