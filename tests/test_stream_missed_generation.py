@@ -10,17 +10,19 @@ member takes every partition, consumes and commits, and leaves.
 
 The other way round: a partition the rebalance gives back with *no* committed offset, after the revocation could
 not commit what the member had polled (its transaction aborted), is read again from the first offset the member
-took, not from the position kafka-python kept.
+took, not from the position kafka-python kept; the real ``StreamApp`` and listener on the real broker, the
+revocation's transaction made to abort once.
 """
 
 from __future__ import annotations
 
 import threading
-import time
+import traceback
 
 import pytest
 from conftest import make_blobs
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.future import Future
 from kafka.structs import OffsetAndMetadata
 from stream_support import (
     Collect,
@@ -34,10 +36,8 @@ from stream_support import (
 
 from offline_train.detector import KDSM
 from streamer.pipeline import app as app_module
-from streamer.pipeline.batch import RecordBatch
-from streamer.pipeline.checkpoint import Checkpointer, TransactionAborted
+from streamer.pipeline.checkpoint import Send, TransactionalCheckpointer
 from streamer.pipeline.kafka_clients import make_consumer
-from streamer.pipeline.metrics import StreamMetrics
 
 pytestmark = pytest.mark.integration
 
@@ -120,101 +120,89 @@ def test_a_streamer_that_missed_a_generation_does_not_reread_what_another_member
     assert reread == [], f"the streamer re-read {len(reread)} events the other member had committed"
 
 
-class _AbortingApp:
-    """What the listener touches of ``StreamApp``, with a real ``Checkpointer``: publishing what was polled aborts
-    (``TransactionAborted``, as a failed ``commit_transaction`` in the revocation does)."""
-
-    _closing, fetcher = False, None
-
-    def __init__(self, consumer):
-        self.consumer, self.metrics = consumer, StreamMetrics()
-        self.checkpoint = Checkpointer(consumer, None)
-        self.polled, self.aborted = [], 0
-
-    def take(self, records):  # the loop's _prepare: the records are taken, to be scored
-        self.checkpoint.took(RecordBatch.from_records(records).first_offsets())
-        self.polled.extend(records)
-
-    def _publish_pending(self):
-        if self.polled:
-            self.aborted += 1
-            raise TransactionAborted("the revocation's transaction aborted")
-
-    def _publish_gathered(self):
-        pass
-
-    def _drop_polled(self):
-        self.polled = []
-
-    def _after_commit(self, done):
-        pass
-
-
 def test_a_partition_given_back_without_a_committed_offset_after_an_aborted_revocation_is_read_again(
-        kafka_bootstrap, redis_url, unique):
-    """Exactly once, nothing committed yet: a second member joins, the revocation's transaction aborts, one partition
-    comes back. Before the fix the member read on from the position kafka-python kept: offsets 0-9 of that
-    partition were never scored, alerted or dead-lettered (it re-read nothing)."""
-    s = make_settings(kafka_bootstrap, redis_url, unique)
+        kafka_bootstrap, redis_url, unique, tiny_model_dir, monkeypatch):
+    """Exactly once, the real ``StreamApp`` on the real broker, nothing committed yet: the streamer has gathered the
+    20 events of both partitions for its first batch (``max_batch`` 21 holds it open) when a second member joins; the
+    rebalance listener scores and publishes them (``_publish_gathered``), the revocation's transaction aborts (one
+    send refused, as ``test_stream_fetch_process`` does in the loop), ``_drop_polled`` forgets them, and one partition
+    comes back. Before the fix the streamer read on from the position kafka-python kept: offsets 0-9 of that partition
+    were never scored, alerted or dead-lettered. Its next owners read everything: the streamer the kept partition
+    from offset 0, the other member the other one."""
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=21)
+    s.stream.max_wait_ms = 60000  # the first batch stays open until the rebalance, then fills up (below)
+    s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
     create_topics(s, partitions=PARTITIONS)
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    X = make_blobs(n=60, seed=5)[0]
+    values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
     p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    for i in range(20):
-        p.send(s.kafka.events_topic, value=b"%d" % i, partition=i % PARTITIONS)
+    for i in range(20):  # e0, e2, ... on partition 0; e1, e3, ... on partition 1
+        p.send(s.kafka.events_topic, value=values[i], partition=i % PARTITIONS)
     p.flush()
-    p.close()
-    member = make_consumer(s.kafka, isolation_level="read_committed")
-    app = _AbortingApp(member)
-    member.subscribe([s.kafka.events_topic], listener=app_module._Rebalance(app))
-    other, stop = None, threading.Event()
-    try:
-        def take_polled():
-            for records in member.poll(timeout_ms=200).values():
-                app.take(records)
-            return len(app.polled) == 20
+    refused: list[list[str]] = []  # where the abort happened: the functions on the stack
+    original = TransactionalCheckpointer.add
 
-        assert wait_for(take_polled, 30), len(app.polled)
+    def add(self, batch):
+        if not refused and batch.sends and threading.current_thread() is not streamer.thread:
+            refused.append([f.name for f in traceback.extract_stack()])
+            batch.sends.append(Send(s.kafka.alerts_topic, None, b"refused", Future().failure(RuntimeError("nack"))))
+        return original(self, batch)
+
+    monkeypatch.setattr(TransactionalCheckpointer, "add", add)
+    sink = Collect()
+    streamer = StreamerThread(s, sinks=[sink])
+    streamer.start(wait_assigned=0)  # ready is set after the first batch, which waits for the rebalance
+    other, stop, others = None, threading.Event(), []
+    try:
+        assert wait_for(lambda: len(streamer.app._gathered) == 20, 30), len(streamer.app._gathered)
+        assert sink.ids() == []  # nothing published, nothing committed
         other = make_consumer(s.kafka, isolation_level="read_committed")
         other.subscribe([s.kafka.events_topic])
 
         def spin():
             while not stop.is_set():
-                other.poll(timeout_ms=100)
+                for recs in other.poll(timeout_ms=100).values():
+                    others.extend((r.partition, r.offset) for r in recs)
 
         spinning = threading.Thread(target=spin, daemon=True)
         spinning.start()
-        again = []  # every offset read after the 20 taken: the poll that ends the rebalance may return some
-
-        def read_on():
-            again.extend(r.offset for rs in member.poll(timeout_ms=100).values() for r in rs)
-            return app.aborted and len(member.assignment()) == 1
-
-        assert wait_for(read_on, 60), (app.aborted, member.assignment())
-        kept = next(iter(member.assignment()))
-        assert member.committed(kept) is None
-        end = time.monotonic() + 3
-        while time.monotonic() < end:
-            read_on()
-        assert sorted(again) == list(range(10)), again
+        assert wait_for(lambda: refused and len(streamer.app.consumer.assignment()) == 1, 60), \
+            (refused, streamer.app.consumer.assignment())
+        assert "on_partitions_revoked" in refused[0] and "_publish_gathered" in refused[0], refused[0]
+        kept = next(iter(streamer.app.consumer.assignment()))
+        s.stream.max_wait_ms = 50
+        for i in range(20, 20 + 2 * 11, 2):  # 11 more on the kept partition fill the open batch (10 read again)
+            p.send(s.kafka.events_topic, value=values[i + kept.partition], partition=kept.partition)
+        p.flush()
+        mine = {f"e{i}" for i in range(42) if i % PARTITIONS == kept.partition}
+        assert wait_for(lambda: set(sink.ids()) == mine, 60), sorted(mine - set(sink.ids()))
+        gone = TopicPartition(s.kafka.events_topic, 1 - kept.partition)
+        assert wait_for(lambda: sorted(o for part, o in others if part == gone.partition) == list(range(10)), 30), \
+            others
     finally:
         stop.set()
+        p.close()
+        streamer.stop()
         if other is not None:
             spinning.join(5)
             other.close(autocommit=False)
-        member.close(autocommit=False)
+    assert sorted(sink.ids()) == sorted(mine)  # each committed once
+    assert streamer.app.checkpoint.aborted_batches == 1
+    reader = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=s.kafka.group_id, enable_auto_commit=False)
+    assert reader.committed(kept) == 21 and reader.committed(gone) is None
+    reader.close()
 
 
-def test_the_first_join_counts_no_revocation(kafka_bootstrap, redis_url, unique):
+def test_the_first_join_counts_no_revocation(kafka_bootstrap, redis_url, unique, tiny_model_dir):
     """kafka-python calls ``on_partitions_revoked`` with no partitions on a member's first join. Before the fix that
     counted ``kdsm_rebalances_total{kind="revoked"}`` 1 on a plain start."""
-    s = make_settings(kafka_bootstrap, redis_url, unique)
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir))
     create_topics(s)
-    member = make_consumer(s.kafka)
-    app = _AbortingApp(member)
-    member.subscribe([s.kafka.events_topic], listener=app_module._Rebalance(app))
+    streamer = StreamerThread(s).start()
     try:
-        assert wait_for(lambda: member.poll(timeout_ms=200) is not None and member.assignment(), 60)
-        counted = {tuple(sample.labels.values()): sample.value for metric in app.metrics.rebalances.collect()
+        counted = {tuple(sample.labels.values()): sample.value for metric in streamer.app.metrics.rebalances.collect()
                    for sample in metric.samples if sample.name.endswith("_total")}
     finally:
-        member.close(autocommit=False)  # leaving the group revokes: counted, but after the look above
+        streamer.stop()  # leaving the group revokes: counted, but after the look above
     assert counted == {("assigned",): 1.0}, counted
