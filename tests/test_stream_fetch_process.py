@@ -18,6 +18,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from conftest import make_blobs
+from kafka import KafkaConsumer
 from kafka.future import Future
 from kafka.structs import TopicPartition
 from stream_support import (
@@ -40,6 +41,14 @@ from streamer.lifecycle.thresholds import ThresholdStore
 from streamer.pipeline.batch import RecordBatch
 from streamer.pipeline.checkpoint import Send, TransactionalCheckpointer
 from streamer.pipeline.fetcher import FetchProcess, FetchProcessExited, pack_batch, unpack_batch
+
+
+def committed_offset(s) -> int | None:
+    c = KafkaConsumer(bootstrap_servers=s.kafka.bootstrap, group_id=s.kafka.group_id, enable_auto_commit=False)
+    try:
+        return c.committed(TopicPartition(s.kafka.events_topic, 0))
+    finally:
+        c.close()
 
 
 def test_a_frame_keeps_every_column_across_topics():
@@ -180,3 +189,52 @@ def test_an_aborted_batch_is_read_again_and_committed_once(kafka_bootstrap, redi
     assert view.aborted >= refused[0]  # the aborted batch's alerts were written, and left out
     if fetch_process:
         assert st.app.fetcher.epoch >= 2  # the assignment and the rewind (the first join revokes nothing since 9963054)
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_process_group_drains_and_exits_0(tmp_path, kafka_bootstrap, redis_url, unique, tiny_model_dir):
+    """A SIGTERM to the whole group (systemd's stop, `kill -TERM -PGID`) reached the fetch
+    process too, which died of it: the streamer logged fetch_process_exited (code -15) and exited 1 without finishing
+    its batch. The child ignores it now (it leaves when its stdin closes): the streamer drains, commits, exits 0."""
+    model = KDSM.load(tiny_model_dir, device="cpu")
+    # A batch gathers for up to a second at ~400 events/s: the signal finds the loop waiting on the child's pipe.
+    s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir), max_batch=1000, max_wait_ms=1000,
+                      fetch_process=True)
+    create_topics(s)
+    ThresholdStore(connect(redis_url), s.redis.key_prefix).set(model.version_, "warning", 0.0, None, "test", 1.0)
+    cfg = write_stream_config(s, tmp_path / "stream.yaml")
+    X = make_blobs(n=3600, seed=0)[0]
+    values = [event(f"e{i}", x, model.feature_names_) for i, x in enumerate(X)]
+    alerts = TopicReader(kafka_bootstrap, s.kafka.alerts_topic)
+    log_path = tmp_path / "stream.log"
+    log = open(log_path, "ab")
+    proc = _start(cfg, str(tiny_model_dir), log)  # a session of its own: its group is the streamer and its child
+    stop = threading.Event()
+    producer = threading.Thread(target=produce_paced, args=(s, values, 40), kwargs={"stop": stop})
+    try:
+        assert _wait_log(log_path, '"event": "partitions_assigned"', 1), log_path.read_text()[-3000:]
+        producer.start()
+        deadline = time.monotonic() + 40
+        while len(alerts.poll()) < 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(alerts.poll()) >= 200, log_path.read_text()[-3000:]
+        child = fetch_pids(log_path)[0]
+        # What the group's signal does to the child, ahead of the streamer's: the streamer reads on (the race the
+        # group's signal may lose: the loop read the closed pipe before it saw its own signal, in half the runs).
+        os.kill(child, signal.SIGTERM)
+        time.sleep(1.0)
+        assert proc.poll() is None and not _pid_gone(child, timeout=0.1), log_path.read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGTERM)  # events still flowing
+        assert proc.wait(30) == 0, log_path.read_text()[-3000:]
+        assert _pid_gone(child), "the fetch process outlived its streamer"
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+        producer.join(30)
+    text = log_path.read_text()
+    assert "fetch_process_exited" not in text and "Traceback" not in text, text[-3000:]
+    counts = json.loads(text.splitlines()[-1])  # kdsm stream prints its counts last
+    assert counts["events"] < len(values), "the stream ended before the signal; nothing was tested"
+    assert committed_offset(s) == counts["events"]  # every event taken was committed: the last batch too

@@ -23,9 +23,9 @@ stdin (setup, then assignments) and stdout (batches); nothing is pickled. The re
 more column: a nil when none of them has any (the common case: one byte a frame), else each record's headers packed
 by the child (``RecordBatch.packed_headers``), unpacked by the streamer only for a dead letter or an alert that
 forwards them (``stream.alert_headers``); then the records the child could not read (``batch.Unreadable``: their
-rows and errors; nil when none), which the streamer dead-letters. The child ignores SIGINT (a Ctrl-C
-reaches the whole process group; the streamer decides when to stop) and exits when its stdin closes, so it
-never outlives the streamer. If the child exits, the streamer stops with one line (``FetchProcessExited``,
+rows and errors; nil when none), which the streamer dead-letters. The child ignores SIGINT and SIGTERM (a Ctrl-C,
+systemd's stop or ``kill -TERM -PGID`` reach the whole process group; the streamer decides when to stop, and
+drains first) and exits when its stdin closes, so it never outlives the streamer. If the child exits, the streamer stops with one line (``FetchProcessExited``,
 exit 1): nothing it had not yet received was committed.
 
 >>> rb = RecordBatch(["t", "t"], np.array([0, 1], np.int32), np.array([5, 9]), np.array([1, 2]), [None, b"k"],
@@ -197,7 +197,10 @@ def _assign(consumer, msg) -> int:
 
 def main() -> int:
     """The child: read the setup, then fetch what the streamer assigns until its stdin closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A signal to the process group is the streamer's to act on: killed by it, the child ended the stream (exit 1,
+    # the batch being gathered not committed) while the streamer meant to drain and exit 0.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     batches = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # nothing but batches on the batch pipe, whatever a library prints
     commands = Connection(os.dup(0), writable=False)
