@@ -14,7 +14,7 @@ from streamer.lifecycle.thresholds import LiveThresholds
 from streamer.pipeline.app import StreamApp
 from streamer.pipeline.metrics import MetricsServer, StreamMetrics
 
-from .wiring import close_parts, lifecycle_parts
+from .wiring import close_parts, close_quietly, lifecycle_parts
 
 log = logging.getLogger("kdsm.stream")
 
@@ -57,13 +57,15 @@ def build_app(settings, model_path=None, provider=None, sinks=()) -> tuple[Strea
 
 def run_stream(settings, model_path=None, provider=None, sinks=(), max_events: int | None = None,
                signals: bool = False) -> dict:
+    """Run the loop to its end; then stop the thresholds' watcher, close the sinks and the provider and stop the
+    metrics server, each on its own (``close_failed`` is logged): the run's counts, or its error, are what comes out."""
     app, server = build_app(settings, model_path, provider, sinks)
     if signals:
         app.install_signal_handlers()
     try:
         return app.run(max_events=max_events)
     finally:
-        app.thresholds.stop()
+        close_quietly("LiveThresholds", app.thresholds.stop)
         close_parts(*app.sinks, app.provider)
         if server is not None:
-            server.stop()
+            close_quietly("MetricsServer", server.stop)

@@ -11,7 +11,7 @@ when it builds a ``StreamApp``:
   serving model at the live thresholds; its Kafka producer is built at the
   first drift event).
 
-Everything returned has ``close()`` (or needs none); ``close_parts`` calls it.
+Everything returned has ``close()`` (or needs none); ``close_parts`` calls it, each part whatever the others do.
 
 >>> from streamer.config import Settings
 >>> Settings().registry.enabled, Settings().archive.dir
@@ -20,12 +20,16 @@ Everything returned has ``close()`` (or needs none); ``close_parts`` calls it.
 
 from __future__ import annotations
 
+import logging
+
 from offline_train.detector import KDSM
 from streamer.lifecycle.archive import ArchiveSink
 from streamer.lifecycle.control import Keys, redis_client
 from streamer.lifecycle.drift import DriftSink, model_alert_rate
 from streamer.lifecycle.registry import ModelRegistry, RegistryModelProvider
 from streamer.pipeline.provider import StaticModelProvider
+
+log = logging.getLogger("kdsm.stream")
 
 
 def build_provider(settings, model_path=None, metrics=None):
@@ -67,8 +71,18 @@ def lifecycle_parts(settings, model_path=None, metrics=None):
 
 
 def close_parts(*parts) -> None:
-    """Close sinks and providers that have ``close`` (archive: closes its open file)."""
+    """Close sinks and providers that have ``close`` (archive: closes its open file), each on its own: a part that
+    fails to close is logged (``close_failed``) and the next one is still closed; nothing is raised over the run's
+    own outcome (its counts, or the error that ended it)."""
     for part in parts:
         close = getattr(part, "close", None)
         if close is not None:
-            close()
+            close_quietly(type(part).__name__, close)
+
+
+def close_quietly(part: str, close) -> None:
+    """Call ``close``; an exception is logged as ``close_failed`` naming ``part``, never raised."""
+    try:
+        close()
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.warning({"event": "close_failed", "part": part, "error": repr(e)})

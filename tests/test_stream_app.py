@@ -1,6 +1,7 @@
 """The loop's own objects, without a broker: what building them does to the process and the pending batch's shape."""
 
 import gc
+import logging
 import sys
 import weakref
 from concurrent.futures import Future
@@ -11,6 +12,7 @@ import torch
 from offline_train.config import load_settings
 from streamer.config import Settings
 from streamer.pipeline.app import Pending, StreamApp, latency_samples, settle_heap
+from streamer.pipeline.metrics import MetricsServer
 from streamer.pipeline.provider import StaticModelProvider
 from streamer.pipeline.scorer import Scorer
 
@@ -87,3 +89,66 @@ def test_every_batch_gives_the_e2e_histogram_min_of_its_size_and_32_samples_even
         rows = latency_samples(n)
         assert len(rows) == min(n, 32) and len(set(rows.tolist())) == len(rows)
         assert rows[0] == 0 and rows[-1] == n - 1
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def emit(self, record):
+        self.events.append(record.msg)
+
+
+class _FullDisk:
+    def on_committed(self, batch):
+        pass
+
+    def close(self):
+        raise OSError(28, "No space left on device")
+
+
+class _Sink:
+    closed = False
+
+    def on_committed(self, batch):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("loop_raises", [False, True], ids=["loop-returns", "loop-raises"])
+def test_a_part_that_fails_to_close_masks_neither_the_outcome_nor_the_other_closes(tiny_model_dir, monkeypatch,
+                                                                                  loop_raises):
+    """A sink whose close raised (an archive on a full disk) replaced the run's outcome with its OSError: run_stream
+    raised it instead of returning the counts (or over the loop's own error), the next sink was never closed and the
+    metrics server never stopped. Each part is closed on its own now; a failure is logged (close_failed)."""
+    from streamer.dev.local_services import free_port
+    from streamer.service import run_stream
+
+    def run(self, max_events=None):
+        if loop_raises:
+            raise RuntimeError("the loop's own error")
+        return {"events": 0}
+
+    monkeypatch.setattr(StreamApp, "run", run)  # the loop itself is the integration tests'
+    s = load_settings(Settings, metrics={"port": 0}, redis={"url": f"redis://127.0.0.1:{free_port()}/0"})
+    records, log = _Records(), logging.getLogger("kdsm")
+    log.addHandler(records)
+    stopped = []
+    real_stop = MetricsServer.stop
+    monkeypatch.setattr(MetricsServer, "stop", lambda self: (stopped.append(self), real_stop(self)))
+    after = _Sink()
+    try:
+        if loop_raises:
+            with pytest.raises(RuntimeError, match="the loop's own error"):
+                run_stream(s, provider=StaticModelProvider(str(tiny_model_dir), "cpu"), sinks=[_FullDisk(), after])
+        else:
+            assert run_stream(s, provider=StaticModelProvider(str(tiny_model_dir), "cpu"),
+                              sinks=[_FullDisk(), after]) == {"events": 0}
+    finally:
+        log.removeHandler(records)
+    assert after.closed and len(stopped) == 1
+    failed = [e for e in records.events if isinstance(e, dict) and e.get("event") == "close_failed"]
+    assert len(failed) == 1 and failed[0]["part"] == "_FullDisk" and "No space left" in failed[0]["error"], failed
