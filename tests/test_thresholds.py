@@ -143,6 +143,22 @@ def test_live_thresholds_keep_only_the_serving_version_and_the_one_it_replaced(r
         live.stop()
 
 
+def test_the_threshold_gauge_shows_the_artifacts_thresholds_while_redis_is_unreachable(model):
+    """kdsm_threshold{version,severity} was set only from a successful Redis read: a streamer started while Redis was
+    down scored on the artifact's thresholds and showed none. It is set when a version is first served."""
+    from streamer.pipeline.metrics import StreamMetrics
+
+    metrics = StreamMetrics()
+    live = LiveThresholds(f"redis://127.0.0.1:{local_services.free_port()}/0", prefix="kdsm-test-down:",
+                          socket_timeout=0.2, metrics=metrics).start()
+    try:
+        assert live.get(model) == model.thresholds_ and not live.redis_up
+        for sev, t in model.thresholds_.items():
+            assert metrics.registry.get_sample_value("kdsm_threshold", {"version": model.version_, "severity": sev}) == t
+    finally:
+        live.stop()
+
+
 def test_threshold_change_through_cli_changes_alerting_within_2s(tmp_path, capsys, kafka_bootstrap, redis_url, unique, tiny_model_dir, model):
     s = make_settings(kafka_bootstrap, redis_url, unique, model=str(tiny_model_dir))
     create_topics(s)

@@ -289,6 +289,9 @@ class LiveThresholds:
         with self._lock:
             self._artifact[v] = dict(model.thresholds_)
             self._cache[v] = dict(model.thresholds_)
+            if self.metrics is not None:  # what scores until Redis answers (it may not, yet): shown from the start
+                for sev, th in model.thresholds_.items():
+                    self.metrics.threshold.labels(v, sev).set(th)
         self._serve(v)
         self._refresh(v)  # first sight of a version: one synchronous read (bounded by the socket timeout)
         return self._cache.get(v, dict(model.thresholds_))
@@ -310,7 +313,7 @@ class LiveThresholds:
                 for sev in artifact:
                     try:
                         self.metrics.threshold.remove(v, sev)
-                    except KeyError:  # never set (Redis was down at its first read)
+                    except KeyError:  # already gone
                         pass
             log.info({"event": "thresholds_version_dropped", "version": v, "serving": version})
 
