@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -50,6 +51,15 @@ def write_archive(root: Path, X: np.ndarray, per_file: int = 500, version: str =
         sink.on_committed(b)
         sink.flush()
     sink.close()
+
+
+@pytest.fixture
+def kdsm_log(caplog, monkeypatch):
+    """``caplog`` for the kdsm loggers from INFO, also after a kdsm command ran in this process (its setup_logging
+    stops their propagation to the root logger, where caplog listens)."""
+    monkeypatch.setattr(logging.getLogger("kdsm"), "propagate", True)
+    with caplog.at_level(logging.INFO, logger="kdsm"):
+        yield caplog
 
 
 @pytest.fixture
@@ -616,7 +626,7 @@ def test_redis_lost_before_the_lock_is_one_line_in_a_one_shot_run(how, own_redis
 
 
 def test_the_watcher_waits_out_a_redis_restart_and_serves_the_request(own_redis, tmp_path, unique, tiny_model_dir,
-                                                                     caplog):
+                                                                     kdsm_log):
     """`kdsm retrain --watch` with a request read and Redis stopped during the request delay: the lock's SET raised and
     the watcher died (exit 1, traceback). It now waits (retrain_watch_redis_unavailable) and, once Redis is back, runs
     the request it left pending; a watcher started while Redis is down (XGROUP CREATE) waits too."""
@@ -652,7 +662,7 @@ def test_the_watcher_waits_out_a_redis_restart_and_serves_the_request(own_redis,
     assert not errors, errors
     assert [r.status for r in out] == ["failed"] and "empty window" in out[0].reason  # it ran (no archive here)
     assert out[0].details["trigger"] == "request:drift" and _pending_with(reg) == []
-    assert any("retrain_watch_redis_unavailable" in str(r.msg) for r in caplog.records)
+    assert any("retrain_watch_redis_unavailable" in str(r.msg) for r in kdsm_log.records)
     # A watcher whose Redis is gone from the start (XGROUP CREATE) waits, and stops when asked.
     own_redis.stop()
     stop = threading.Event()
@@ -696,7 +706,7 @@ def test_a_current_model_that_cannot_be_read_fails_the_run_with_exit_2(store, se
     assert [m["version"] for m in reg.list()] == [v0] and reg.current_version() == v0
 
 
-def test_archive_files_of_another_feature_schema_are_skipped_and_counted(setup, caplog):
+def test_archive_files_of_another_feature_schema_are_skipped_and_counted(setup, kdsm_log):
     """A file of features a, b (another model's) in the archive was read with the current features: its rows trained
     on as imputed values, and the gate failed on every run until it aged out. Files whose kdsm_schema_hash is not the
     current model's are now skipped, counted in the run's window summary and logged."""
@@ -712,7 +722,7 @@ def test_archive_files_of_another_feature_schema_are_skipped_and_counted(setup, 
     assert window["schema_hash"] == reg.get(v0)["schema_hash"]
     new = KDSM.load(reg.store.local_path(res.version), device="cpu")
     assert new.feature_names_ == FEATURES and new.features_ is None and new.schema_hash_ == window["schema_hash"]
-    assert [r for r in caplog.records if "retrain_files_other_schema" in str(r.msg)]
+    assert [r for r in kdsm_log.records if "retrain_files_other_schema" in str(r.msg)]
 
 
 def test_window_selection_keeps_one_schema(tmp_path):
@@ -803,7 +813,7 @@ def test_a_registry_key_of_the_wrong_type_fails_the_run_with_exit_2_and_no_orpha
     assert reg.current_version() == v0
 
 
-def test_requests_met_by_a_lock_key_that_never_expires_stay_pending_until_it_is_deleted(setup, redis_url, caplog):
+def test_requests_met_by_a_lock_key_that_never_expires_stay_pending_until_it_is_deleted(setup, redis_url, kdsm_log):
     """A lock key written by hand without an expiry: the run fails (`... exists without an expiry ...`), and the
     watcher acknowledged, so lost, the requests; after the operator deleted the key they never ran. They now stay
     pending (log retrain_requests_deferred, error, naming the key to delete) and run once it is gone."""
@@ -820,7 +830,7 @@ def test_requests_met_by_a_lock_key_that_never_expires_stay_pending_until_it_is_
         results = watch(s, reg, blocking, stop=stop, consumer="w1")
         assert [r.status for r in results] == ["failed"] and "without an expiry" in results[0].reason
         assert _pending_with(reg) == [(rid, "w1")]  # not acknowledged
-        deferred = [r for r in caplog.records if "retrain_requests_deferred" in str(r.msg)]
+        deferred = [r for r in kdsm_log.records if "retrain_requests_deferred" in str(r.msg)]
         assert deferred and deferred[0].levelname == "ERROR" and f"redis-cli DEL {reg.keys.lock}" in str(deferred[0].msg)
         reg.r.delete(reg.keys.lock)  # the operator's repair
         stop = threading.Event()
