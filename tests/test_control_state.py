@@ -774,7 +774,7 @@ def test_a_retrain_with_a_current_pointer_promote_refuses_fails_before_it_trains
     with pytest.raises(RegistryError) as promote:
         reg.promote(v)
     res = run_retrain(s, reg, reason="schedule")
-    assert res.status == "failed" and res.exit_code == 1 and res.version is None
+    assert res.status == "failed" and res.exit_code == 2 and res.version is None
     assert res.reason == str(promote.value)  # the one line promote gives, naming the key and its repair
     assert redis_client.zrange(reg.keys.versions, 0, -1) == [v]  # nothing trained, nothing registered
     assert json.loads(redis_client.xrevrange(reg.keys.runs, count=1)[0][1]["details"]) == {}

@@ -401,8 +401,8 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     rc = settings.retrain
     try:  # a current pointer promote refuses (not UTF-8, a key of another type): said now, not after the training
         cur_version = registry.checked_current_version()
-    except RegistryError as e:
-        return RetrainResult("failed", reason=str(e))
+    except RegistryError as e:  # a pointer written by hand: the user repairs it (exit 2, as every registry key's)
+        return RetrainResult("failed", reason=str(e), user_error=True)
     _check_registry_keys(registry)  # a registry key of another type: said now (RegistryError, exit 2)
     current = None
     if cur_version:
