@@ -91,6 +91,32 @@ def check_bootstrap(value: str) -> str:
     return value
 
 
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]")
+
+
+def check_topic(name: str) -> str:
+    """``name`` if Kafka takes it for a topic: 1 to 249 ASCII letters, digits, '.', '_' and '-', not '.' or '..'.
+
+    kafka-python refuses any other name only when the streamer subscribes (a ValueError traceback), and a broker at
+    the first request.
+
+    >>> check_topic("kdsm.events_v2-eu")
+    'kdsm.events_v2-eu'
+    >>> check_topic("bad topic!")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'bad topic!' is not a Kafka topic name: ' ', '!' not allowed (1 to 249 ASCII letters, digits, '.', '_' and '-'; not '.' or '..')
+    """
+    rule = "1 to 249 ASCII letters, digits, '.', '_' and '-'; not '.' or '..'"
+    bad = sorted({c for c in name if not _TOPIC_CHARS.fullmatch(c)}, key=name.index)
+    if bad:
+        raise ValueError(f"{name!r} is not a Kafka topic name: {', '.join(map(repr, bad))} not allowed ({rule})")
+    if not name or len(name) > 249 or name in (".", ".."):
+        raise ValueError(f"{name[:60]!r}{'...' if len(name) > 60 else ''} is not a Kafka topic name "
+                         f"({len(name)} characters; {rule})")
+    return name
+
+
 class KafkaConfig(Section):
     """Broker, topics and client settings of the streamer (kafka-python)."""
 
@@ -128,6 +154,11 @@ class KafkaConfig(Section):
     @classmethod
     def _bootstrap_parses(cls, v: str) -> str:
         return check_bootstrap(v)
+
+    @field_validator("events_topic", "alerts_topic", "deadletter_topic")
+    @classmethod
+    def _topic_names(cls, v: str) -> str:
+        return check_topic(v)
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> KafkaConfig:

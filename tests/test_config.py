@@ -109,6 +109,31 @@ def test_kafka_bootstrap_forms_pass(bootstrap):
     assert load_settings(Settings, kafka={"bootstrap": bootstrap}).kafka.bootstrap == bootstrap
 
 
+@pytest.mark.parametrize(("key", "name", "message"), [
+    ("events_topic", "bad topic!", "' ', '!' not allowed"),
+    ("alerts_topic", "al/erts", "'/' not allowed"),
+    ("deadletter_topic", "dead:letters", "':' not allowed"),
+    ("events_topic", "événements", "'é' not allowed"),
+    ("events_topic", "", "(0 characters;"),
+    ("alerts_topic", ".", "(1 characters;"),
+    ("deadletter_topic", "..", "(2 characters;"),
+    ("events_topic", "e" * 250, "(250 characters;")],
+    ids=["space", "slash", "colon", "non-ascii", "empty", "dot", "dot-dot", "too-long"])
+def test_kafka_topic_names_are_checked(key, name, message, monkeypatch):
+    """A name Kafka refuses passed kdsm config check; kdsm stream then died in kafka-python's subscribe with a
+    ValueError traceback (exit 1)."""
+    monkeypatch.setenv(f"KDSM_KAFKA__{key.upper()}", name)
+    with pytest.raises(ConfigError, match=rf"kafka\.{key}: Value error, .* is not a Kafka topic name") as e:
+        load_settings(Settings)
+    assert message in str(e.value) and "1 to 249 ASCII letters, digits, '.', '_' and '-'" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["kdsm.events", "a", "e" * 249, "Events_2026-12.eu", "..a", "_"],
+                         ids=["default", "one", "249", "mixed", "dots-and-more", "underscore"])
+def test_kafka_topic_names_kafka_takes_pass(name):
+    assert load_settings(Settings, kafka={"events_topic": name, "alerts_topic": name}).kafka.alerts_topic == name
+
+
 @pytest.mark.parametrize(("key", "value", "allowed"), [
     ("auto_offset_reset", "earlist", "'earliest' or 'latest'"),
     ("security_protocol", "SASL-SSL", "'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'"),

@@ -89,6 +89,22 @@ def test_unreachable_kafka_is_one_line_within_the_connect_timeout(redis_url, tin
         assert took < 30, f"{args[0]} took {took:.0f} s with a 2 s connect timeout"
 
 
+def test_a_topic_name_kafka_refuses_is_one_line_at_load(tiny_model_dir, tmp_path):
+    """kafka.events_topic: "bad topic!" passed `kdsm config check` (OK) and `kdsm stream` died in kafka-python's
+    subscribe with a ValueError traceback (exit 1), after reaching the broker."""
+    cfg = tmp_path / "topics.yaml"
+    cfg.write_text('kafka:\n  events_topic: "bad topic!"\n')
+    r = kdsm_proc("config", "check", str(cfg))
+    assert r.returncode == 2 and "kafka.events_topic" in r.stderr and "is not a Kafka topic name" in r.stderr, r.stderr
+    env = {"KDSM_KAFKA__EVENTS_TOPIC": "bad topic!", "KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{_down_port()}",
+           "KDSM_METRICS__ENABLED": "false"}
+    r = kdsm_proc("stream", "--model", str(tiny_model_dir), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("kdsm stream: error: ") and "kafka.events_topic" in lines[0] \
+        and "' ', '!' not allowed" in lines[0], lines
+
+
 def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
     port = _down_port()
     env = {"KDSM_REDIS__URL": f"redis://:secret@127.0.0.1:{port}/0", "KDSM_REGISTRY__STORE_DIR": str(tmp_path / "store")}

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from kafka import AsyncConsumerRebalanceListener
+from kafka.errors import KafkaError
 
 from .alerts import alert_headers, build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
@@ -77,6 +78,7 @@ from .decode import Decoded, Decoder, Reject, mark_unreadable
 from .decode_spec import SpecDecoder
 from .fetcher import FetchProcess
 from .kafka_clients import (
+    KafkaStartError,
     ensure_topics,
     make_consumer,
     make_producer,
@@ -239,22 +241,14 @@ class StreamApp:
     # ------------------------------------------------------------------ the loop
     def run(self, max_events: int | None = None) -> dict:
         k, sc = self.settings.kafka, self.settings.stream
-        ensure_topics(k, [k.alerts_topic, k.deadletter_topic])
-        if k.delivery == "exactly_once":
-            self.consumer = make_consumer(k, isolation_level="read_committed")
-            self.producer = make_transactional_producer(k)
-            self.checkpoint = TransactionalCheckpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
-                                                        transactional_id=transactional_id(k))
-            self.checkpoint.warm_up(k.group_id, [k.alerts_topic, k.deadletter_topic])
-        else:
-            self.consumer = make_consumer(k)
-            self.producer = make_producer(k)
-            self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
-                                           commit_interval_s=k.commit_interval_ms / 1000)
-        if sc.fetch_process:
-            self.fetcher = FetchProcess(k, sc.max_batch,
-                                        "read_committed" if k.delivery == "exactly_once" else "read_uncommitted").start()
-        self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
+        try:
+            self._start_clients()
+        except KafkaError as e:  # an ACL that refuses the group or the transactional id, ...: one line, exit 2
+            self._close()
+            raise KafkaStartError(k, "the streamer's start", e) from None
+        except Exception:  # KafkaUnavailable, a fetch process that cannot start: what was built is closed too
+            self._close()
+            raise
         log.info({"event": "started", "topic": k.events_topic, "group": k.group_id, "max_batch": sc.max_batch,
                   "max_wait_ms": sc.max_wait_ms, "max_in_flight": sc.max_in_flight, "delivery": k.delivery,
                   "commit_interval_ms": k.commit_interval_ms, "fetch_process": sc.fetch_process,
@@ -310,13 +304,35 @@ class StreamApp:
         log.info({"event": "stopped", **self.counts})
         return dict(self.counts)
 
+    def _start_clients(self) -> None:
+        """Topics, clients, the fetch process, the subscription: what the loop needs before its first poll."""
+        k, sc = self.settings.kafka, self.settings.stream
+        ensure_topics(k, [k.alerts_topic, k.deadletter_topic])
+        if k.delivery == "exactly_once":
+            self.consumer = make_consumer(k, isolation_level="read_committed")
+            self.producer = make_transactional_producer(k)
+            self.checkpoint = TransactionalCheckpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
+                                                        transactional_id=transactional_id(k))
+            self.checkpoint.warm_up(k.group_id, [k.alerts_topic, k.deadletter_topic])
+        else:
+            self.consumer = make_consumer(k)
+            self.producer = make_producer(k)
+            self.checkpoint = Checkpointer(self.consumer, self.producer, self.metrics, k.delivery_timeout_s,
+                                           commit_interval_s=k.commit_interval_ms / 1000)
+        if sc.fetch_process:
+            self.fetcher = FetchProcess(k, sc.max_batch,
+                                        "read_committed" if k.delivery == "exactly_once" else "read_uncommitted").start()
+        self.consumer.subscribe([k.events_topic], listener=_Rebalance(self))
+
     def _close(self) -> None:
-        """Close both clients; an error here is logged, never raised over the one that ended the loop."""
+        """Close the clients built (all of them, or those a failed start built); an error here is logged, never raised
+        over the one that ended the loop."""
         self._closing = True
         wait_s = self.settings.kafka.delivery_timeout_s  # a broker that answers nothing holds neither up longer
         closers = (("fetch process", lambda: self.fetcher is not None and self.fetcher.close()),
-                   ("producer", lambda: self.producer.close(timeout=wait_s)),
-                   ("consumer", lambda: self.consumer.close(autocommit=False, timeout_ms=int(wait_s * 1000))))
+                   ("producer", lambda: self.producer is not None and self.producer.close(timeout=wait_s)),
+                   ("consumer", lambda: self.consumer is not None
+                    and self.consumer.close(autocommit=False, timeout_ms=int(wait_s * 1000))))
         for client, close in closers:
             try:
                 close()

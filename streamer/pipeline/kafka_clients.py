@@ -12,9 +12,25 @@ import socket
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.errors import AuthorizationError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 log = logging.getLogger("kdsm.kafka")
+
+
+def describe(e: BaseException) -> str:
+    """An error as one line with its class named (kafka-python's errors name theirs already).
+
+    >>> describe(FileNotFoundError(2, "No such file or directory")), describe(KafkaTimeoutError("Unable to bootstrap"))
+    ('FileNotFoundError: [Errno 2] No such file or directory', 'KafkaTimeoutError: Unable to bootstrap')
+    """
+    text = " ".join(str(e).split())
+    return text if type(e).__name__ in text else f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _settings_hint(e: BaseException) -> str:
+    if isinstance(e, AuthorizationError):
+        return " (the broker's ACLs refuse it to this client's principal: kafka.sasl_username)"
+    return ""
 
 
 class KafkaUnavailable(ConnectionError):
@@ -25,12 +41,24 @@ class KafkaUnavailable(ConnectionError):
                          f"(kafka.bootstrap, kafka.connect_timeout_s)" + (f": {cause}" if cause else ""))
 
 
-def _reach(k, build):
-    """Build a client; a bootstrap that times out becomes one ``KafkaUnavailable`` naming the address."""
+class KafkaStartError(KafkaUnavailable):
+    """A broker answered, and what a command needs at start failed: an ACL that refuses the group, a topic or the
+    transactional id, a request it rejects. One line, exit 2, like ``KafkaUnavailable`` (a subclass, so every command
+    that reports one reports this too), instead of kafka-python's traceback."""
+
+    def __init__(self, k, doing: str, cause: BaseException):
+        ConnectionError.__init__(self, f"Kafka at {k.bootstrap}: {doing} failed: {describe(cause)}{_settings_hint(cause)}")
+
+
+def _reach(k, build, doing: str):
+    """Build a client (or run its first request): a bootstrap that times out becomes one ``KafkaUnavailable`` naming the
+    address; any other ``KafkaError`` (an ACL, a refused request) a ``KafkaStartError`` naming what was being done."""
     try:
         return build()
     except KafkaTimeoutError as e:  # kafka-python 3: 'Unable to bootstrap from [...]'
         raise KafkaUnavailable(k, e) from None
+    except KafkaError as e:
+        raise KafkaStartError(k, doing, e) from None
 
 
 def client_kwargs(k) -> dict:
@@ -54,7 +82,7 @@ def make_consumer(k, group_id: str | None = None, *, grouped: bool = True, **ext
         enable_auto_commit=False, auto_offset_reset=k.auto_offset_reset,
         session_timeout_ms=k.session_timeout_ms, heartbeat_interval_ms=k.heartbeat_interval_ms,
         max_poll_interval_ms=k.max_poll_interval_ms, fetch_max_wait_ms=k.fetch_max_wait_ms,
-        **client_kwargs(k), **extra))
+        **client_kwargs(k), **extra), "starting a consumer")
 
 
 def make_producer(k, **extra) -> KafkaProducer:
@@ -79,7 +107,7 @@ def make_producer(k, **extra) -> KafkaProducer:
     opts.update(extra)
     if "delivery_timeout_ms" in opts:  # from the final linger_ms: the benches pass their own
         opts.setdefault("request_timeout_ms", max(1, min(30000, opts["delivery_timeout_ms"] - opts["linger_ms"])))
-    return _reach(k, lambda: KafkaProducer(**opts))
+    return _reach(k, lambda: KafkaProducer(**opts), "starting a producer")
 
 
 def transactional_id(k) -> str:
@@ -102,22 +130,30 @@ def make_transactional_producer(k) -> KafkaProducer:
     """A producer for exactly-once delivery: transactional (idempotent, acks=all), transactions initialised
     (which fences an older producer with the same id and aborts what it left open)."""
     p = make_producer(k, transactional_id=transactional_id(k))
-    _reach(k, p.init_transactions)
+    try:
+        _reach(k, p.init_transactions, f"initialising the transactions of {transactional_id(k)!r} (kafka.transactional_id)")
+    except Exception:
+        p.close(timeout=k.delivery_timeout_s)
+        raise
     return p
 
 
 def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 1) -> list[str]:
     """Create the topics that do not exist yet; returns those created. Failures are logged, not raised
-    (a production cluster may forbid topic creation and have them already); an unreachable broker
-    raises ``KafkaUnavailable``."""
+    (a production cluster may forbid topic creation, or describing topics, and have them already); an unreachable
+    broker raises ``KafkaUnavailable``."""
     created = []
     try:
-        admin = _reach(k, lambda: KafkaAdminClient(client_id=k.client_id, **client_kwargs(k)))
-    except KafkaError as e:
+        admin = _reach(k, lambda: KafkaAdminClient(client_id=k.client_id, **client_kwargs(k)), "starting an admin client")
+    except KafkaStartError as e:
         log.warning({"event": "topic_admin_unavailable", "error": str(e)})
         return created
     try:
-        existing = set(admin.list_topics())
+        try:
+            existing = set(admin.list_topics())
+        except KafkaError as e:  # an ACL without Describe, say: the clients that need the topics report what is wrong
+            log.warning({"event": "topic_admin_unavailable", "error": describe(e)})
+            return created
         for t in topics:
             if t in existing:
                 continue

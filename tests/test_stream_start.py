@@ -1,0 +1,99 @@
+"""The streamer's start against a real broker: what Kafka refuses there is one line (exit 2 in ``kdsm``), not a traceback,
+and the clients built before it are closed."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.errors import (
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
+from stream_support import create_topics, make_settings
+
+from streamer.ops.cli import user_errors
+from streamer.pipeline.app import StreamApp
+from streamer.pipeline.checkpoint import TransactionalCheckpointer
+from streamer.pipeline.kafka_clients import KafkaStartError, KafkaUnavailable, ensure_topics
+from streamer.pipeline.provider import StaticModelProvider
+
+pytestmark = pytest.mark.integration
+
+
+class _Events(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def emit(self, record):
+        self.events.append(record.msg)
+
+
+def test_a_refused_transactional_id_is_one_line_and_the_consumer_is_closed(kafka_bootstrap, redis_url, unique,
+                                                                            tiny_model_dir, monkeypatch):
+    """An ACL that refuses the transactional id (exactly once) raised kafka-python's error out of init_transactions:
+    a traceback, exit 1, the consumer built before it left open."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
+    create_topics(s)
+    producers = []
+
+    def refused(self):
+        producers.append(self)
+        raise TransactionalIdAuthorizationFailedError("Transactional Id authorization failed.")
+
+    monkeypatch.setattr(KafkaProducer, "init_transactions", refused)  # what the broker answers such a principal
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    with pytest.raises(KafkaUnavailable) as e:
+        app.run()
+    msg = str(e.value)
+    assert isinstance(e.value, KafkaStartError) and isinstance(e.value, user_errors()), repr(e.value)
+    assert msg.startswith(f"Kafka at {kafka_bootstrap}: initialising the transactions of 'tx-{unique}' "
+                          "(kafka.transactional_id) failed: [Error 53] TransactionalIdAuthorizationFailedError") \
+        and "ACLs" in msg and "\n" not in msg, msg
+    assert app.consumer._closed and producers and producers[0]._closed
+
+
+def test_a_kafka_error_later_in_the_start_is_one_line_and_every_client_is_closed(kafka_bootstrap, redis_url, unique,
+                                                                                 tiny_model_dir, monkeypatch):
+    """The start's other requests (the exactly-once warm-up's offsets, which need the group's ACL) raised
+    kafka-python's error before the loop's try: a traceback, the clients left open."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    s.kafka.delivery, s.kafka.transactional_id = "exactly_once", f"tx-{unique}"
+    create_topics(s)
+
+    def refused(self, group_id, topics):
+        raise GroupAuthorizationFailedError("Group authorization failed.")
+
+    monkeypatch.setattr(TransactionalCheckpointer, "warm_up", refused)
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    with pytest.raises(KafkaStartError) as e:
+        app.run()
+    msg = str(e.value)
+    assert isinstance(e.value, user_errors()) and "\n" not in msg, msg
+    assert msg.startswith(f"Kafka at {kafka_bootstrap}: the streamer's start failed: [Error 30] "
+                          "GroupAuthorizationFailedError"), msg
+    assert app.consumer._closed and app.producer._closed
+
+
+def test_topics_the_cluster_will_not_list_are_logged_and_the_start_goes_on(kafka_bootstrap, redis_url, unique,
+                                                                          monkeypatch):
+    """ensure_topics logs what it cannot do (a cluster may forbid topic creation and have them already), but an error
+    from listing the topics (an ACL without Describe) escaped it with a traceback."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+
+    def refused(self):
+        raise TopicAuthorizationFailedError()
+
+    monkeypatch.setattr(KafkaAdminClient, "list_topics", refused)
+    events, log = _Events(), logging.getLogger("kdsm.kafka")
+    log.addHandler(events)
+    try:
+        assert ensure_topics(s.kafka, [s.kafka.alerts_topic]) == []
+    finally:
+        log.removeHandler(events)
+    assert [e["event"] for e in events.events] == ["topic_admin_unavailable"]
+    assert "TopicAuthorizationFailedError" in events.events[0]["error"]
