@@ -37,7 +37,7 @@ once stale (``stale_after_s``).
 - Any failure leaves the pointers alone: the current model keeps serving.
   Every run is recorded in ``<prefix>retrain:runs`` and counted in
   ``kdsm_retrain_runs_total{outcome}``, which ``kdsm retrain --watch``
-  serves on ``retrain.metrics_port`` (``serve_metrics``).
+  serves on ``retrain.metrics_port`` (``streamer.ops.models.serve_metrics``).
 
 >>> RetrainResult("locked").exit_code, RetrainResult("failed", reason="x").exit_code
 (0, 1)
@@ -503,42 +503,6 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     return RetrainResult("promoted", version, f"passed the gate; {cur_version} -> {version}", details)
 
 
-# ---------------------------------------------------------------------- metrics
-class _WatchMetrics:
-    """What ``MetricsServer`` serves for a watcher: its counters, then the process's. ``/healthz`` answers 200 while
-    the process serves (a run trains for minutes between two loops of the watcher)."""
-
-    def __init__(self, metrics: LifecycleMetrics):
-        self.metrics = metrics
-
-    @property
-    def last_loop(self) -> float:
-        return time.time()
-
-    def render(self) -> bytes:
-        from prometheus_client import REGISTRY, generate_latest
-
-        return generate_latest(self.metrics.registry) + generate_latest(REGISTRY)
-
-
-def serve_metrics(settings, metrics: LifecycleMetrics):
-    """``kdsm retrain --watch``'s ``/metrics`` on ``metrics.host:retrain.metrics_port``, started; None when the port
-    is 0. A one-shot run exits before any scrape: its outcome is in ``<prefix>retrain:runs`` instead."""
-    from offline_train.config import ConfigError
-    from streamer.pipeline.metrics import MetricsServer
-
-    host, port = settings.metrics.host, settings.retrain.metrics_port
-    if not port:
-        return None
-    try:
-        server = MetricsServer(_WatchMetrics(metrics), host, port).start()
-    except ConfigError as e:  # a port taken, a host not of this machine: one line naming the watcher's settings, exit 2
-        raise ConfigError(f"retrain metrics server cannot listen on {host}:{port} (metrics.host, retrain.metrics_port): "
-                          f"{e.__context__ or e}") from None
-    log.info({"event": "metrics", "url": server.url + "/metrics", "health": server.url + "/healthz"})
-    return server
-
-
 # ---------------------------------------------------------------------- requests
 def stale_after_s(rc) -> float:
     """How long a request may stay pending with one watcher before another claims it: ``request_delay_s + lock_ttl_s``.
@@ -689,12 +653,12 @@ def _watch(settings, registry: ModelRegistry, blocking_client, stop: threading.E
                 # predate these requests, so they stay pending (unacknowledged) and run once it is free; _pending
                 # reads nothing while it is held, and the pause keeps a lock taken between look and run from spinning.
                 # A lock key without an expiry (by hand) is freed only by the operator: they wait for that too.
-                deferred = {"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered}
                 if res.status == "locked":
-                    log.info(deferred)
+                    log.info({"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered})
                 else:
-                    log.error({**deferred, "why": res.reason, "action": "left pending: they run once the key is "
-                               f"deleted (redis-cli DEL {registry.keys.lock})"})
+                    log.error({"event": "retrain_requests_deferred", "requests": len(ids), "recovered": recovered,
+                               "why": res.reason, "action": "left pending: they run once the key is deleted "
+                               f"(redis-cli DEL {registry.keys.lock})"})
                 stop.wait(settings.retrain.watch_block_s)
                 continue
             last_start_ms = start_ms

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import time
 
 from offline_train.argtypes import positive_int
 from offline_train.config import load_settings
 
 PRUNE_KEEP = 10  # `kdsm models prune` without --keep: the newest versions kept (besides current, previous, validating)
+
+log = logging.getLogger("kdsm.retrain")
 
 
 def register(sub: argparse._SubParsersAction, settings_cls) -> None:
@@ -104,7 +108,7 @@ def _retrain_with(a, s) -> int:
         return 0
     # The training job (torch, the detector) is imported only here: a request above answers in about a second.
     from streamer.lifecycle.metrics import LifecycleMetrics
-    from streamer.lifecycle.retrain import run_retrain, serve_metrics, watch
+    from streamer.lifecycle.retrain import run_retrain, watch
 
     setup_logging(a.log_level)
     if a.watch:
@@ -120,6 +124,42 @@ def _retrain_with(a, s) -> int:
     res = run_retrain(s, reg, reason=a.reason or "schedule")
     _print(res.to_dict())
     return res.exit_code
+
+
+class _WatchMetrics:
+    """What ``MetricsServer`` serves for a watcher: its counters, then the process's. ``/healthz`` answers 200 while
+    the process serves (a run trains for minutes between two loops of the watcher)."""
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    @property
+    def last_loop(self) -> float:
+        return time.time()
+
+    def render(self) -> bytes:
+        from prometheus_client import REGISTRY, generate_latest
+
+        return generate_latest(self.metrics.registry) + generate_latest(REGISTRY)
+
+
+def serve_metrics(settings, metrics):
+    """``kdsm retrain --watch``'s ``/metrics`` on ``metrics.host:retrain.metrics_port``, started; None when the port
+    is 0. A one-shot run exits before any scrape: its outcome is in ``<prefix>retrain:runs`` instead. Here, in the
+    command, because it joins the lifecycle's counters to the pipeline's server (rooms import only down)."""
+    from offline_train.config import ConfigError
+    from streamer.pipeline.metrics import MetricsServer
+
+    host, port = settings.metrics.host, settings.retrain.metrics_port
+    if not port:
+        return None
+    try:
+        server = MetricsServer(_WatchMetrics(metrics), host, port).start()
+    except ConfigError as e:  # a port taken, a host not of this machine: one line naming the watcher's settings, exit 2
+        raise ConfigError(f"retrain metrics server cannot listen on {host}:{port} (metrics.host, retrain.metrics_port): "
+                          f"{e.__context__ or e}") from None
+    log.info({"event": "metrics", "url": server.url + "/metrics", "health": server.url + "/healthz"})
+    return server
 
 
 def _models(a, settings_cls) -> int:
