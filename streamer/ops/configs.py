@@ -2,7 +2,7 @@
 
 ``show`` prints every key after defaults < YAML < env ``KDSM_*`` are applied,
 as YAML, with secrets (SecretStr fields, passwords in URLs) masked. ``check``
-validates one file and prints ``OK`` or one line per bad key, exit status 2
+validates one file and prints ``OK`` or one line naming every bad key (joined by "; "), exit status 2
 on error (so CI and init containers can gate on it); it warns about each secret
 the file holds, a password inside a URL included.
 
