@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from kafka.errors import (
     CommitFailedError,
+    InvalidRecordError,
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
@@ -239,18 +240,23 @@ def test_an_alert_delivered_by_a_re_send_or_its_fallback_is_observed_once(refusa
 
 # ---------------------------------------------------------------------------------------------------- exactly once
 class TransactionalProducer:
-    """kafka-python's transactional producer in small, with a topic whose ``max.message.bytes`` is ``limit``.
+    """kafka-python's (3.0.12) transactional producer in small, with a topic whose ``max.message.bytes`` is ``limit``.
 
-    ``flush`` writes the queued records in order; the broker refuses a record over ``limit`` bytes
-    (``MessageSizeTooLargeError``, non-retriable, a fresh exception) or, with ``nack``, every record with a retriable
-    error. As kafka-python does, the first failure puts the transaction in error: the records not sent yet fail with
-    that same exception (``abort_undrained_batches`` with the transaction's ``last_error``), a send raises a plain
-    ``KafkaError``, and only an abort clears it. Committed records are ``visible``."""
+    ``flush`` writes the queued records in order, in produce batches of ``batch_records``; the broker refuses a record
+    over ``limit`` bytes, or, with ``nack``, every record with a retriable error. The refusal has one of kafka-python's
+    two shapes. A batch refused as a whole (the default; Kafka's ``MESSAGE_TOO_LARGE``): its records fail with one
+    ``MessageSizeTooLargeError``, which becomes the transaction's ``last_error``. Per-record errors (``record_errors``;
+    Kafka >= 2.4's ``INVALID_RECORD``, ``Sender._record_exceptions_fn``): the bad record fails with an
+    ``InvalidRecordError`` of its own, its batch's other records with a plain ``KafkaError``, and the ``last_error``
+    is the top-level ``InvalidRecordError``, another object. Either way the records not sent yet then fail with the
+    ``last_error`` (``abort_undrained_batches``), a send raises a plain ``KafkaError``, and only an abort clears it.
+    ``_transaction_manager.last_error`` is the producer's. Committed records are ``visible``."""
 
-    def __init__(self, limit: int = 1000, nack: bool = False):
-        self.limit, self.nack = limit, nack
+    def __init__(self, limit: int = 1000, nack: bool = False, record_errors: bool = False, batch_records: int = 1):
+        self.limit, self.nack, self.record_errors, self.batch_records = limit, nack, record_errors, batch_records
         self.queued, self.open, self.visible, self.offsets = [], [], [], []
         self.error, self.aborts, self.commits = None, 0, 0
+        self._transaction_manager = _TransactionManager(self)
 
     def send(self, topic, key=None, value=None, headers=None):
         if self.error is not None:
@@ -261,19 +267,34 @@ class TransactionalProducer:
         return future
 
     def flush(self, timeout=None):
-        for topic, key, value, future in self.queued:
-            if self.error is not None:
-                future.failure(self.error)  # not sent yet when the transaction fell into error
+        queued, self.queued = self.queued, []
+        for at in range(0, len(queued), self.batch_records):
+            produce_batch = queued[at:at + self.batch_records]
+            if self.error is not None:  # not sent yet when the transaction fell into error
+                for *_, future in produce_batch:
+                    future.failure(self.error)
             elif self.nack:
                 self.error = NotLeaderForPartitionError("the leader moved")
-                future.failure(self.error)
-            elif len(value) > self.limit:
-                self.error = MessageSizeTooLargeError("the topic's max.message.bytes")
-                future.failure(self.error)
+                for *_, future in produce_batch:
+                    future.failure(self.error)
+            elif any(len(value) > self.limit for _, _, value, _ in produce_batch):
+                self._refuse(produce_batch)
             else:
-                self.open.append((topic, key, value))
-                future.success(None)
-        self.queued = []
+                for topic, key, value, future in produce_batch:
+                    self.open.append((topic, key, value))
+                    future.success(None)
+
+    def _refuse(self, produce_batch):
+        if not self.record_errors:
+            self.error = MessageSizeTooLargeError("the topic's max.message.bytes")
+            for *_, future in produce_batch:
+                future.failure(self.error)
+            return
+        self.error = InvalidRecordError("top-level")  # transition_to_abortable_error, before the futures fail
+        for _, _, value, future in produce_batch:
+            future.failure(InvalidRecordError("the topic's max.message.bytes") if len(value) > self.limit else
+                           KafkaError("Failed to append record because it was part of a batch which had one more "
+                                      "more invalid records"))
 
     def begin_transaction(self):
         self.open = []
@@ -292,6 +313,18 @@ class TransactionalProducer:
     def abort_transaction(self):
         self.queued, self.open, self.error = [], [], None
         self.aborts += 1
+
+
+class _TransactionManager:
+    def __init__(self, producer: TransactionalProducer):
+        self.producer = producer
+
+    @property
+    def last_error(self):
+        return self.producer.error
+
+    def has_fatal_error(self) -> bool:
+        return False
 
 
 class GroupConsumer(Consumer):
@@ -365,6 +398,25 @@ def test_exactly_once_refusals_do_not_count_toward_the_abort_limit():
     assert publish_until_committed(cp, 0, messages) == 4
     assert [json.loads(v).get("publish_fallback") is not None for _, _, v in producer.visible] == [True] * 3 + [False]
     assert producer.offsets == [{TP: 5}] and len(cp.refused) == 0
+
+
+def test_exactly_once_a_record_failed_after_a_per_record_refusal_is_sent_again_in_full():
+    """Per-record errors (Kafka >= 2.4): the dead letter is refused with an error of its own, the alert in its produce
+    batch fails with a plain ``KafkaError``, the alert queued behind with the transaction's ``last_error`` (another
+    ``InvalidRecordError``). Only the dead letter is refused: the re-read sends its fallback and both alerts in full,
+    and the abort is not counted. Before the fix the alert queued behind, the first to fail with the ``last_error``,
+    was taken for refused too: its fallback was committed in its place (its content lost)."""
+    producer = TransactionalProducer(limit=1000, record_errors=True, batch_records=2)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=1)
+    messages = [("dead", lambda r: dead(1, r, 5000)), ("alerts", lambda r: alert(2, r)), ("alerts", lambda r: alert(3, r))]
+    with pytest.raises(TransactionAborted):
+        read_and_publish(cp, 0, messages, 1)
+    assert [k[3] for k in cp.refused] == [1] and cp._aborts_in_a_row == 0
+    assert publish_until_committed(cp, 0, messages) == 1
+    (_, _, fb), (_, _, a2), (_, _, a3) = producer.visible
+    assert json.loads(fb)["publish_fallback"]["left_out"] == ["payload"]
+    assert a2 == alert(2, 1) and a3 == alert(3, 1)  # in full
+    assert producer.aborts == 1 and producer.offsets == [{TP: 5}] and cp.refused == {}
 
 
 def test_exactly_once_retriable_failures_still_stop_after_the_abort_limit():

@@ -77,9 +77,13 @@ alert and dead letter once, and only when the batch's offsets are committed:
    sent again, its fallback record goes in its place at once (the same record
    and code as at least once), so the refusal stops the partition for one
    abort only; kafka-python fails the records it had not sent yet when the
-   transaction fell into error with the same exception (and refuses any send
-   after it), so only the first record to fail with each exception is taken
-   for refused;
+   transaction fell into error with the transaction's ``last_error`` (and
+   refuses any send after it): a record is taken for refused only when its
+   failure is its own (an exception not the transaction's ``last_error`` when
+   it failed: Kafka >= 2.4's per-record errors give the bad record a fresh
+   one) or, when no record of the batch failed so, when it is the first to
+   fail with the ``last_error`` (a batch refused as a whole, e.g. too large:
+   its exception becomes the ``last_error``);
    ``resend_attempts`` aborts in a row raise ``DeliveryError``: the streamer
    stops without committing; an abort that remembered a refused message and
    met no retriable failure (nor an unanswered send) is not counted (each such
@@ -171,6 +175,7 @@ class Send:
     headers: list | None = None  # Kafka headers, (name, value) pairs (a dead letter's: the event's own)
     on_acked: Callable | None = None  # called with the record's metadata when it, a re-send or its fallback is acked
     failed_seq: int | None = None  # exactly once: when its future failed, in the order of the producer's failures
+    failed_in_error: bool = False  # exactly once: it failed with the transaction's last_error of that moment
 
     def ok(self) -> bool:
         return self.future.is_done and self.future.succeeded()
@@ -565,28 +570,37 @@ class TransactionalCheckpointer(Checkpointer):
         s.future.add_errback(self._failed_now, s)
         return s
 
-    def _failed_now(self, s: Send, _error: BaseException) -> None:
-        """Errback (the producer's I/O thread, or at once for a refusal before the record left)."""
+    def _failed_now(self, s: Send, error: BaseException) -> None:
+        """Errback (the producer's I/O thread, or at once for a refusal before the record left). Whether it failed
+        with the transaction's ``last_error`` is noted now: a later failed batch replaces it."""
         s.failed_seq = next(self._failures)
+        manager = getattr(self.producer, "_transaction_manager", None)
+        s.failed_in_error = manager is not None and error is getattr(manager, "last_error", None)
 
     def _remember(self, failed: list[Send]) -> int:
         """Step 5: remember the messages of an aborting batch that the broker refused for what they are; returns
         how many were not remembered yet.
 
-        Once a record fails, kafka-python fails the records it has not sent yet with that same exception (the
-        transaction's ``last_error``), and any send after it with a plain ``KafkaError``: of the records failed with
-        one exception only the first to fail (``failed_seq``) was refused, the others would have been taken. A
-        record still refused is found again on the next abort."""
-        seen: set[int] = set()
+        kafka-python (3.0.12) fails a refused batch and then the records it has not sent yet with the transaction's
+        ``last_error``, and any send after it with a plain ``KafkaError``. Two shapes: with per-record errors (Kafka
+        >= 2.4, an invalid record) the bad record gets an exception of its own (``_record_exceptions_fn``), its
+        batch's other records a plain ``KafkaError``, and the ``last_error`` is the top-level exception, which only
+        records failed afterwards get: those were not refused, they would have been taken. Without them (a batch
+        refused as a whole: too large) its records fail with the exception that became the ``last_error``, as the
+        records failed afterwards do. So a record whose failure is its own (``failed_in_error`` false) is refused
+        when its error says so (``_refused_for_itself``); the records failed with the ``last_error`` are looked at
+        only when no record of the batch was refused so. Of the records failed with one exception object only the
+        first to fail counts (the others were not sent). A record still refused is found again on the next abort."""
+        done = sorted((s for s in failed if s.future.failed()),
+                      key=lambda s: s.failed_seq if s.failed_seq is not None else float("inf"))
+        refused = [s for s in _first_per_error(s for s in done if not s.failed_in_error)
+                   if not s.fallback and _refused_for_itself(s.future.exception)]
+        if not refused:  # a batch refused as a whole: its exception is the last_error
+            refused = [s for s in _first_per_error(s for s in done if s.failed_in_error)
+                       if not s.fallback and _refused_for_itself(s.future.exception)]
         new = 0
-        for s in sorted((s for s in failed if s.future.failed()),
-                        key=lambda s: s.failed_seq if s.failed_seq is not None else float("inf")):
+        for s in refused:
             e = s.future.exception
-            if id(e) in seen:
-                continue  # aborted with an earlier record's error: not refused itself
-            seen.add(id(e))
-            if s.fallback or not _refused_for_itself(e):
-                continue
             ident = _identity(s.topic, s.key, s.value)
             if ident in self.refused:
                 continue
@@ -707,6 +721,17 @@ def _identity(topic: str, key: bytes | None, value: bytes) -> tuple:
 
 def _source_of(ident: tuple) -> dict | None:
     return None if ident[1] is None else {"topic": ident[1], "partition": ident[2], "offset": ident[3]}
+
+
+def _first_per_error(sends) -> list[Send]:
+    """Of sends in the order they failed, the first to fail with each exception object."""
+    seen: set[int] = set()
+    first = []
+    for s in sends:
+        if id(s.future.exception) not in seen:
+            seen.add(id(s.future.exception))
+            first.append(s)
+    return first
 
 
 def _refused_for_itself(e: BaseException | None) -> bool:
