@@ -21,6 +21,7 @@ from kafka.errors import (
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     NotLeaderForPartitionError,
+    TopicAuthorizationFailedError,
 )
 from kafka.future import Future
 from kafka.structs import TopicPartition
@@ -243,7 +244,8 @@ class TransactionalProducer:
     """kafka-python's (3.0.12) transactional producer in small, with a topic whose ``max.message.bytes`` is ``limit``.
 
     ``flush`` writes the queued records in order, in produce batches of ``batch_records``; the broker refuses a record
-    over ``limit`` bytes, or, with ``nack``, every record with a retriable error. The refusal has one of kafka-python's
+    over ``limit`` bytes (with ``refusal``, another error in its place), or, with ``nack``, every record with a
+    retriable error. The refusal has one of kafka-python's
     two shapes. A batch refused as a whole (the default; Kafka's ``MESSAGE_TOO_LARGE``): its records fail with one
     ``MessageSizeTooLargeError``, which becomes the transaction's ``last_error``. Per-record errors (``record_errors``;
     Kafka >= 2.4's ``INVALID_RECORD``, ``Sender._record_exceptions_fn``): the bad record fails with an
@@ -252,8 +254,10 @@ class TransactionalProducer:
     ``last_error`` (``abort_undrained_batches``), a send raises a plain ``KafkaError``, and only an abort clears it.
     ``_transaction_manager.last_error`` is the producer's. Committed records are ``visible``."""
 
-    def __init__(self, limit: int = 1000, nack: bool = False, record_errors: bool = False, batch_records: int = 1):
+    def __init__(self, limit: int = 1000, nack: bool = False, record_errors: bool = False, batch_records: int = 1,
+                 refusal: type[KafkaError] = MessageSizeTooLargeError):
         self.limit, self.nack, self.record_errors, self.batch_records = limit, nack, record_errors, batch_records
+        self.refusal = refusal  # the error of a batch refused as a whole
         self.queued, self.open, self.visible, self.offsets = [], [], [], []
         self.error, self.aborts, self.commits = None, 0, 0
         self._transaction_manager = _TransactionManager(self)
@@ -286,7 +290,7 @@ class TransactionalProducer:
 
     def _refuse(self, produce_batch):
         if not self.record_errors:
-            self.error = MessageSizeTooLargeError("the topic's max.message.bytes")
+            self.error = self.refusal("the topic's max.message.bytes")
             for *_, future in produce_batch:
                 future.failure(self.error)
             return
@@ -417,6 +421,22 @@ def test_exactly_once_a_record_failed_after_a_per_record_refusal_is_sent_again_i
     assert json.loads(fb)["publish_fallback"]["left_out"] == ["payload"]
     assert a2 == alert(2, 1) and a3 == alert(3, 1)  # in full
     assert producer.aborts == 1 and producer.offsets == [{TP: 5}] and cp.refused == {}
+
+
+def test_exactly_once_a_non_retriable_error_not_about_the_record_is_not_remembered_and_counts():
+    """A ``TopicAuthorizationFailedError`` (like a sequence, epoch or producer-id error) is non-retriable but says
+    nothing of the record: it is not remembered (its fallback would not help, and would replace the message for
+    good), and each abort counts: ``resend_attempts`` 1 stops at the second. Before the fix any non-retriable broker
+    error was taken for a refusal of the record: the re-read committed its fallback, the abort not counted."""
+    producer = TransactionalProducer(limit=1000, refusal=TopicAuthorizationFailedError)
+    cp = TransactionalCheckpointer(GroupConsumer(), producer, resend_attempts=1)
+    messages = [("alerts", lambda r: alert(1, r)), ("dead", lambda r: dead(2, r, 5000))]
+    with pytest.raises(TransactionAborted):
+        read_and_publish(cp, 0, messages, 1)
+    assert cp.refused == {} and cp._aborts_in_a_row == 1
+    with pytest.raises(DeliveryError, match="2 transactions in a row aborted"):
+        read_and_publish(cp, 0, messages, 2)
+    assert producer.visible == [] and producer.offsets == [] and cp.refused == {}
 
 
 def test_exactly_once_retriable_failures_still_stop_after_the_abort_limit():

@@ -69,9 +69,11 @@ alert and dead letter once, and only when the batch's offsets are committed:
    the committed offsets (without one, to the first offset taken from the
    partition, whatever ``auto_offset_reset`` says), and the batch is read and
    scored again;
-   a message the broker refused for what it is (a non-retriable error of its
-   own: ``MessageSizeTooLargeError`` from a topic's small
-   ``max.message.bytes``, an invalid record) is remembered by its event
+   a message the broker refused for what it is (an error about its content:
+   ``MessageSizeTooLargeError`` from a topic's small ``max.message.bytes``,
+   ``RecordListTooLargeError``, ``InvalidRecordError``, ``CorruptRecordError``,
+   ``InvalidTimestampError``; not a permission, sequence or epoch error) is
+   remembered by its event
    (the ``source`` topic, partition and offset every alert and dead letter
    carries) and destination topic; when the event's alert or dead letter is
    sent again, its fallback record goes in its place at once (the same record
@@ -120,15 +122,19 @@ from dataclasses import dataclass, field
 
 import msgspec
 from kafka.errors import (
-    BrokerResponseError,
     CommitFailedError,
+    CorruptRecordError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTimestampError,
     KafkaError,
     KafkaTimeoutError,
+    MessageSizeTooLargeError,
     ProducerFencedError,
     RebalanceInProgressError,
+    RecordListTooLargeError,
     TransactionalIdAuthorizationFailedError,
     UnknownMemberIdError,
 )
@@ -734,10 +740,22 @@ def _first_per_error(sends) -> list[Send]:
     return first
 
 
+_REFUSED_FOR_CONTENT = (  # errors about the record itself, which no retry changes (kafka.errors of kafka-python 3.0.12)
+    MessageSizeTooLargeError,  # the broker's MESSAGE_TOO_LARGE, and the producer's own check before the send
+    RecordListTooLargeError,
+    InvalidRecordError,
+    CorruptRecordError,
+    InvalidTimestampError,
+)
+
+
 def _refused_for_itself(e: BaseException | None) -> bool:
-    """The broker's (or the producer's own size check's) refusal of this record, which no retry changes; unlike
-    a retriable error, or a plain ``KafkaError``/``IllegalStateError`` about the transaction's state."""
-    return isinstance(e, BrokerResponseError) and not getattr(e, "retriable", False)
+    """The broker's (or the producer's own size check's) refusal of this record for its content, which no retry
+    changes: an allow-list. Not a retriable error, nor a plain ``KafkaError``/``IllegalStateError`` about the
+    transaction's state, nor any other non-retriable broker error (about the producer, its sequence or epoch, its
+    permissions: ``TopicAuthorizationFailedError``, ``OutOfOrderSequenceNumberError``...): replacing the record by its
+    fallback would not help, and those aborts count toward ``resend_attempts``."""
+    return isinstance(e, _REFUSED_FOR_CONTENT)
 
 
 def _retriable(s: Send) -> bool:
