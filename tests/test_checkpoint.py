@@ -3,7 +3,10 @@
 The real broker's side (a broker killed or hung mid-stream) is in ``test_broker_crash.py``; here the consumer's
 ``commit`` fails on cue, so each branch of step 4 is reached every time. At the end, exactly once: a message the
 broker refuses for what it is (a topic's small ``max.message.bytes``), on a stand-in transactional producer that fails
-records at flush as kafka-python does (Tansu ignores ``max.message.bytes``).
+records at flush in the two shapes of kafka-python 3.0.12's sender (Tansu ignores ``max.message.bytes``): a batch
+refused as a whole, its records failed with the exception that becomes the transaction's ``last_error``; per-record
+errors, the bad record's exception its own, its batch's others a plain ``KafkaError``; in both the records not sent
+yet fail with the ``last_error``. Not modelled: retries, batch splitting, a fatal error, several partitions in flight.
 """
 
 from __future__ import annotations
