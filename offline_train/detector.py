@@ -120,6 +120,18 @@ def _rows(X) -> np.ndarray:
     return np.asarray(X, dtype=np.float64)
 
 
+def _estimator_params(saved: dict) -> dict:
+    """``scale_discrete`` and ``max_train_rows`` as saved (checked as ``DataConfig`` checks them); an artifact from
+    before they were saved loads with the defaults it was then given. ``max_train_rows`` None (every row) loads as
+    None: ``KDSM(max_train_rows=None)`` fits and saves."""
+    saved = {k: v for k, v in saved.items() if k in ("scale_discrete", "max_train_rows")}
+    every_row = "max_train_rows" in saved and saved["max_train_rows"] is None
+    if every_row:
+        del saved["max_train_rows"]
+    out = DataConfig(**saved).model_dump(include={"scale_discrete", "max_train_rows"})
+    return {**out, "max_train_rows": None} if every_row else out
+
+
 class KDSM(BaseEstimator):
     """Kurtosis-guided denoising score matching anomaly detector.
 
@@ -134,6 +146,9 @@ class KDSM(BaseEstimator):
     and ``sklearn.base.clone`` work), learned state ends in ``_``, and after
     ``fit`` there are ``decision_scores_`` (the training rows' scores) and
     ``labels_`` (0/1 at the warning threshold), as in PyOD.
+
+    ``max_train_rows``: the network trains (and calibrates) on a seeded uniform sample of at most this many rows
+    (``data.max_train_rows``); None trains on every row, and such a model saves and loads as None.
     """
 
     def __init__(self, sigma: SigmaConfig | None = None, model: ModelConfig | None = None,
@@ -242,7 +257,8 @@ class KDSM(BaseEstimator):
         phase(f"sigma passes 2-4 of 5 over {moments.n} rows (range, cut ranks, histogram){where}")
         sig = KurtosisSigmas.from_config(self.sigma_config).fit_with(reduce, scaler)
 
-        phase(f"sampling: pass 5 of 5 (at most {self.max_train_rows} training rows)")
+        phase("sampling: pass 5 of 5 (" + ("every training row" if self.max_train_rows is None
+                                              else f"at most {self.max_train_rows} training rows") + ")")
         train_X, _ = bounded_sample(source.batches(keep_rows=training_rows), self.max_train_rows, self.train_config.seed)
         cal_X, _ = bounded_sample(source.batches(keep_rows=holdout), self.max_train_rows, self.train_config.seed)
         cal_X = cal_X if cal_X.size else train_X[:0]
@@ -539,10 +555,7 @@ class KDSM(BaseEstimator):
                           {"severities": meta["quantiles"], "top_features": meta["calibration"]["top_features"],
                            **({"holdout": meta["calibration"]["holdout"]} if "holdout" in meta["calibration"] else {})},
                           context={"artifact": True}),
-                      # artifacts from before these were saved load with the defaults they were then given
-                      **DataConfig(**{k: v for k, v in meta.get("estimator", {}).items()
-                                      if k in ("scale_discrete", "max_train_rows")}).model_dump(
-                          include={"scale_discrete", "max_train_rows"}))
+                      **_estimator_params(meta.get("estimator", {})))
             det.feature_names_ = list(meta["features"])
             if len(set(det.feature_names_)) != len(det.feature_names_):
                 raise ArtifactError(f"{path}: feature names must be unique")

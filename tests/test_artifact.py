@@ -58,6 +58,30 @@ def test_load_restores_every_parameter_so_a_clone_trains_the_same_model(tmp_path
     np.testing.assert_allclose(clone(loaded).fit(X).decision_function(X), det.decision_function(X), rtol=1e-6)
 
 
+def test_a_model_fitted_on_every_row_saves_and_loads(tmp_path):
+    """KDSM(max_train_rows=None) (every row) fitted and saved, and load refused its artifact ("1 validation error for
+    DataConfig max_train_rows"); it loads as None, and a clone trains the same model."""
+    from sklearn.base import clone
+
+    from offline_train.config import (
+        CalibrationConfig,
+        EMAConfig,
+        ModelConfig,
+        OptimConfig,
+        RefineConfig,
+        ScoreConfig,
+        SigmaConfig,
+    )
+
+    X = np.random.default_rng(1).normal(size=(200, 3))
+    det = KDSM(sigma=SigmaConfig(), model=ModelConfig(width=16, depth=1), ema=EMAConfig(),
+               refine=RefineConfig(enabled=False), score=ScoreConfig(), train=OptimConfig(steps=20, precision="fp32"),
+               calibration=CalibrationConfig(), max_train_rows=None).fit(X)
+    loaded = KDSM.load(det.save(tmp_path / "m"))
+    assert loaded.max_train_rows is None and loaded.get_params() == det.get_params()
+    np.testing.assert_allclose(clone(loaded).fit(X).decision_function(X), det.decision_function(X), rtol=1e-6)
+
+
 def test_an_artifact_without_the_estimator_parameters_loads_with_the_old_defaults(tiny_model_dir, tmp_path):
     from offline_train.artifact import _checksum
 
