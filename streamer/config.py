@@ -11,6 +11,7 @@ Loaded from YAML with env overrides ``KDSM_<SECTION>__<KEY>`` (see
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from typing import Literal
 from urllib.parse import urlsplit
@@ -91,6 +92,46 @@ def check_bootstrap(value: str) -> str:
     return value
 
 
+# kafka-python 3's SASL mechanisms that these settings can drive (kafka.net.sasl): OAUTHBEARER needs a token provider
+# object, which no setting can give.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "AWS_MSK_IAM")
+
+
+def check_sasl_mechanism(value: str) -> str:
+    """``value`` in capitals if kafka-python can authenticate with it from these settings.
+
+    kafka-python takes an unknown name until a broker answers its handshake, and then retries until the connect
+    timeout: the streamer said the broker was unreachable.
+
+    >>> check_sasl_mechanism("scram-sha-512")
+    'SCRAM-SHA-512'
+    >>> check_sasl_mechanism("FOO")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'FOO' is not a SASL mechanism kdsm can use: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, GSSAPI or AWS_MSK_IAM
+    """
+    name = value.strip().upper()
+    if name == "OAUTHBEARER":
+        raise ValueError("OAUTHBEARER needs a token provider object (kafka-python's sasl_oauth_token_provider), which no "
+                         f"setting can give: use {', '.join(SASL_MECHANISMS[:-1])} or {SASL_MECHANISMS[-1]}")
+    if name not in SASL_MECHANISMS:
+        raise ValueError(f"{value!r} is not a SASL mechanism kdsm can use: {', '.join(SASL_MECHANISMS[:-1])} or "
+                         f"{SASL_MECHANISMS[-1]}")
+    return name
+
+
+def check_readable_file(path: str) -> str:
+    """``path`` if this process can read it as a file. kafka-python opens the TLS files at each connection attempt,
+    and a missing one made the streamer say the broker was unreachable."""
+    if not os.path.exists(path):
+        raise ValueError(f"no such file: {path}")
+    if not os.path.isfile(path):
+        raise ValueError(f"not a file: {path}")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"not readable by this process (user id {os.getuid()}): {path}")
+    return path
+
+
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]")
 
 
@@ -129,12 +170,12 @@ class KafkaConfig(Section):
     connect_timeout_s: float = Field(10.0, gt=0, description="give up reaching a broker after this long (a kdsm command then says Kafka is unreachable)")
     auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", description="where a group without committed offsets starts: earliest = the oldest retained event, latest = only events produced from then on")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field("PLAINTEXT", description="how the clients reach the brokers: plain TCP, TLS, SASL over TCP or SASL over TLS (kafka-python's names)")
-    sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 ... (SASL only)")
+    sasl_mechanism: str | None = Field(None, description="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, GSSAPI or AWS_MSK_IAM; required by SASL_PLAINTEXT and SASL_SSL")
     sasl_username: str | None = Field(None, description="SASL user name")
     sasl_password: SecretStr | None = Field(None, description="SASL password (prefer env KDSM_KAFKA__SASL_PASSWORD)")
-    ssl_cafile: str | None = Field(None, description="CA bundle to verify the brokers (SSL only)")
-    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
-    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    ssl_cafile: str | None = Field(None, description="CA bundle to verify the brokers (SSL only); a file this process can read")
+    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS); a file this process can read")
+    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS); a file this process can read")
     session_timeout_ms: int = Field(10000, gt=0, description="group session timeout; a dead streamer's partitions move after this")
     heartbeat_interval_ms: int = Field(3000, gt=0, description="group heartbeat interval (below session_timeout_ms; a third of it or less is advised)")
     max_poll_interval_ms: int = Field(300000, gt=0, description="longest pause between polls before the group evicts the consumer")
@@ -159,6 +200,24 @@ class KafkaConfig(Section):
     @classmethod
     def _topic_names(cls, v: str) -> str:
         return check_topic(v)
+
+    @field_validator("sasl_mechanism")
+    @classmethod
+    def _known_mechanism(cls, v: str | None) -> str | None:
+        return check_sasl_mechanism(v) if v else None
+
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _readable_files(cls, v: str | None) -> str | None:
+        return check_readable_file(v) if v else None
+
+    @model_validator(mode="after")
+    def _sasl_has_a_mechanism(self) -> KafkaConfig:
+        # kafka-python then connects without a handshake, the broker drops it, and the streamer said "unreachable"
+        if self.security_protocol.startswith("SASL_") and not self.sasl_mechanism:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism: "
+                             f"{', '.join(SASL_MECHANISMS[:-1])} or {SASL_MECHANISMS[-1]}")
+        return self
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> KafkaConfig:

@@ -134,6 +134,38 @@ def test_kafka_topic_names_kafka_takes_pass(name):
     assert load_settings(Settings, kafka={"events_topic": name, "alerts_topic": name}).kafka.alerts_topic == name
 
 
+@pytest.mark.parametrize(("yaml_text", "message"), [
+    ("security_protocol: SASL_PLAINTEXT\n  sasl_mechanism: FOO\n",
+     "kafka.sasl_mechanism: Value error, 'FOO' is not a SASL mechanism kdsm can use: PLAIN, SCRAM-SHA-256, "
+     "SCRAM-SHA-512, GSSAPI or AWS_MSK_IAM"),
+    ("sasl_mechanism: OAUTHBEARER\n", "OAUTHBEARER needs a token provider object"),
+    ("security_protocol: SASL_SSL\n", "kafka: Value error, security_protocol SASL_SSL needs sasl_mechanism: PLAIN, "),
+    ("security_protocol: SSL\n  ssl_cafile: {missing}\n", "kafka.ssl_cafile: Value error, no such file: {missing}"),
+    ("ssl_certfile: {missing}\n", "kafka.ssl_certfile: Value error, no such file: {missing}"),
+    ("ssl_keyfile: {folder}\n", "kafka.ssl_keyfile: Value error, not a file: {folder}")],
+    ids=["unknown-mechanism", "oauthbearer", "sasl-without-mechanism", "missing-cafile", "missing-certfile",
+         "keyfile-a-folder"])
+def test_kafka_security_settings_are_checked(yaml_text, message, tmp_path):
+    """kafka-python takes these until it connects, then retries until the connect timeout: kdsm stream said "Kafka
+    at ... is unreachable: no broker answered within 3 s", and kdsm config check said OK."""
+    names = {"missing": str(tmp_path / "missing.pem"), "folder": str(tmp_path)}
+    f = tmp_path / "c.yaml"
+    f.write_text("kafka:\n  " + yaml_text.format(**names))
+    with pytest.raises(ConfigError) as e:
+        load_settings(Settings, f)
+    assert message.format(**names) in str(e.value)
+
+
+def test_kafka_security_settings_that_can_work_pass(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("read by kafka-python when it connects\n")
+    k = load_settings(Settings, kafka={"security_protocol": "SASL_SSL", "sasl_mechanism": "scram-sha-256",
+                                       "ssl_cafile": str(ca)}).kafka
+    assert (k.sasl_mechanism, k.ssl_cafile) == ("SCRAM-SHA-256", str(ca))
+    # the production profile: its password comes from the environment, which the check does not require
+    assert load_settings(Settings, Path(__file__).resolve().parents[1] / "configs" / "production.yaml").kafka.sasl_mechanism == "PLAIN"
+
+
 @pytest.mark.parametrize(("key", "value", "allowed"), [
     ("auto_offset_reset", "earlist", "'earliest' or 'latest'"),
     ("security_protocol", "SASL-SSL", "'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL'"),

@@ -105,6 +105,30 @@ def test_a_topic_name_kafka_refuses_is_one_line_at_load(tiny_model_dir, tmp_path
         and "' ', '!' not allowed" in lines[0], lines
 
 
+def test_a_handshake_the_broker_refuses_is_named_in_the_unreachable_line(kafka_bootstrap, redis_url, tiny_model_dir):
+    """A broker that answered and refused the SASL handshake read "no broker answered within 2 s", as an address
+    nothing listens on does: the line now names kafka-python's last failed attempt and the settings to look at."""
+    env = {"KDSM_KAFKA__BOOTSTRAP": kafka_bootstrap, "KDSM_KAFKA__CONNECT_TIMEOUT_S": "2",
+           "KDSM_KAFKA__SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KDSM_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+           "KDSM_KAFKA__SASL_USERNAME": "kdsm", "KDSM_KAFKA__SASL_PASSWORD": "not-a-real-one",
+           "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    r = kdsm_proc("stream", "--model", str(tiny_model_dir), env=env)  # the dev broker takes no SASL
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and f"Kafka at {kafka_bootstrap} is unreachable: no broker accepted a connection within 2 s" \
+        in lines[0] and "; the last attempt failed: [Error 33] UnsupportedSaslMechanismError (kafka.security_protocol, " \
+        "kafka.sasl_mechanism" in lines[0], lines
+    assert '"logger": "kafka' not in r.stderr and "not-a-real-one" not in r.stderr  # kafka-python's log stays quiet
+    port = _down_port()
+    r = kdsm_proc("stream", "--model", str(tiny_model_dir), env={"KDSM_KAFKA__BOOTSTRAP": f"127.0.0.1:{port}",
+                                                                  "KDSM_KAFKA__CONNECT_TIMEOUT_S": "2",
+                                                                  "KDSM_REDIS__URL": redis_url,
+                                                                  "KDSM_METRICS__ENABLED": "false"})
+    lines = _error_lines(r.stderr)
+    assert r.returncode == 2 and len(lines) == 1 and "no broker answered within 2 s" in lines[0] \
+        and "; the last attempt failed: KafkaConnectionError: 111 ECONNREFUSED" in lines[0], lines
+
+
 def test_unreachable_redis_is_one_line(tiny_model_dir, tmp_path):
     port = _down_port()
     env = {"KDSM_REDIS__URL": f"redis://:secret@127.0.0.1:{port}/0", "KDSM_REGISTRY__STORE_DIR": str(tmp_path / "store")}

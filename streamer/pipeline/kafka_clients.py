@@ -7,14 +7,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import ssl
+import threading
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import AuthorizationError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.errors import (
+    AuthorizationError,
+    IllegalSaslStateError,
+    KafkaConfigurationError,
+    KafkaError,
+    KafkaTimeoutError,
+    SaslAuthenticationFailedError,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+)
 
 log = logging.getLogger("kdsm.kafka")
+
+_SECURITY = (ssl.SSLError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError, IllegalSaslStateError,
+             KafkaConfigurationError)
+_SECURITY_KEYS = "kafka.security_protocol, kafka.sasl_mechanism, kafka.sasl_username, kafka.sasl_password, kafka.ssl_*"
 
 
 def describe(e: BaseException) -> str:
@@ -30,15 +46,20 @@ def describe(e: BaseException) -> str:
 def _settings_hint(e: BaseException) -> str:
     if isinstance(e, AuthorizationError):
         return " (the broker's ACLs refuse it to this client's principal: kafka.sasl_username)"
-    return ""
+    return f" ({_SECURITY_KEYS})" if isinstance(e, _SECURITY) else ""
 
 
 class KafkaUnavailable(ConnectionError):
-    """No broker of ``kafka.bootstrap`` answered within ``kafka.connect_timeout_s``."""
+    """No broker of ``kafka.bootstrap`` answered within ``kafka.connect_timeout_s``; with kafka-python's last failed
+    attempt where it logged one (a refused connection, a name that does not resolve, a TLS or SASL handshake the broker
+    refused), which its timeout does not name."""
 
-    def __init__(self, k, cause: Exception | None = None):
-        super().__init__(f"Kafka at {k.bootstrap} is unreachable: no broker answered within {k.connect_timeout_s:g} s "
-                         f"(kafka.bootstrap, kafka.connect_timeout_s)" + (f": {cause}" if cause else ""))
+    def __init__(self, k, cause: Exception | None = None, last: BaseException | None = None):
+        # A handshake refused (TLS, SASL): a broker answered, and took no connection of this client's
+        what = "accepted a connection" if isinstance(last, _SECURITY) else "answered"
+        super().__init__(f"Kafka at {k.bootstrap} is unreachable: no broker {what} within {k.connect_timeout_s:g} s "
+                         f"(kafka.bootstrap, kafka.connect_timeout_s)" + (f": {cause}" if cause else "")
+                         + (f"; the last attempt failed: {describe(last)}{_settings_hint(last)}" if last else ""))
 
 
 class KafkaStartError(KafkaUnavailable):
@@ -50,15 +71,62 @@ class KafkaStartError(KafkaUnavailable):
         ConnectionError.__init__(self, f"Kafka at {k.bootstrap}: {doing} failed: {describe(cause)}{_settings_hint(cause)}")
 
 
+class _LastBootstrapError(logging.Handler):
+    """kafka-python's last failed bootstrap attempt, read from its log: its warning 'Bootstrap connection to %s failed:
+    %s (backoff ...)' carries the exception; the timeout it raises at the end names none."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.last: BaseException | None = None
+
+    def emit(self, record):
+        args = record.args if isinstance(record.args, tuple) else ()
+        if isinstance(record.msg, str) and record.msg.startswith("Bootstrap connection to") and len(args) >= 2 \
+                and isinstance(args[1], BaseException):
+            self.last = args[1]
+
+
+_listen_lock = threading.Lock()
+_listening = {"builds": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def _bootstrap_errors():
+    """Within: kafka-python's failed bootstrap attempts are heard (``.last``), even where the streamer's logging keeps
+    kafka-python quiet (``streamer.pipeline.logs``): its manager's logger then hears warnings for the handler only
+    (no propagation), as long as a build is under way."""
+    logger = logging.getLogger("kafka.net.manager")
+    handler = _LastBootstrapError()
+    with _listen_lock:
+        if _listening["builds"] == 0 and not logger.isEnabledFor(logging.WARNING):
+            _listening["saved"] = (logger.level, logger.propagate)
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False
+        _listening["builds"] += 1
+        logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        with _listen_lock:
+            logger.removeHandler(handler)
+            _listening["builds"] -= 1
+            if _listening["builds"] == 0 and _listening["saved"] is not None:
+                logger.setLevel(_listening["saved"][0])
+                logger.propagate = _listening["saved"][1]
+                _listening["saved"] = None
+
+
 def _reach(k, build, doing: str):
     """Build a client (or run its first request): a bootstrap that times out becomes one ``KafkaUnavailable`` naming the
-    address; any other ``KafkaError`` (an ACL, a refused request) a ``KafkaStartError`` naming what was being done."""
-    try:
-        return build()
-    except KafkaTimeoutError as e:  # kafka-python 3: 'Unable to bootstrap from [...]'
-        raise KafkaUnavailable(k, e) from None
-    except KafkaError as e:
-        raise KafkaStartError(k, doing, e) from None
+    address and the last attempt's error; any other ``KafkaError`` (an ACL, a refused request) a ``KafkaStartError``
+    naming what was being done."""
+    with _bootstrap_errors() as seen:
+        try:
+            return build()
+        except KafkaTimeoutError as e:  # kafka-python 3: 'Unable to bootstrap from [...]'
+            raise KafkaUnavailable(k, e, seen.last) from None
+        except KafkaError as e:
+            raise KafkaStartError(k, doing, e) from None
 
 
 def client_kwargs(k) -> dict:
