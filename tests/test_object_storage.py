@@ -28,7 +28,7 @@ from stream_support import (
 )
 
 from offline_train import storage
-from offline_train.artifact import ArtifactError, artifact_exists, publish_artifact
+from offline_train.artifact import ArtifactError, artifact_exists, publish_artifact, schema_hash
 from offline_train.config import load_settings
 from offline_train.data import DataError, ParquetSource, resolve_paths, write_parquet
 from offline_train.detector import KDSM
@@ -54,10 +54,12 @@ def archive_rows(root) -> pa.Table:
 
 
 def write_archive(cfg: ArchiveConfig, X: np.ndarray, per_file: int = 500) -> None:
+    """Archive files as a streamer serving a model of ``FEATURES`` writes them: that schema hash in each row (a retrain
+    trains only on files of its current model's schema)."""
     sink = ArchiveSink(cfg, background=False)
     for i in range(0, len(X), per_file):
         b = example_batch(len(X[i:i + per_file]), features=FEATURES, offset0=i)
-        b.X = X[i:i + per_file]
+        b.X, b.schema_hash = X[i:i + per_file], schema_hash(FEATURES)
         sink.on_committed(b)
         sink.flush()
     sink.close()
