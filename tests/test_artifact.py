@@ -10,6 +10,15 @@ from conftest import make_blobs
 from safetensors.torch import load_file, save_file
 
 from offline_train.artifact import METADATA, WEIGHTS, ArtifactError, schema_hash
+from offline_train.config import (
+    CalibrationConfig,
+    EMAConfig,
+    ModelConfig,
+    OptimConfig,
+    RefineConfig,
+    ScoreConfig,
+    SigmaConfig,
+)
 from offline_train.detector import KDSM
 
 
@@ -33,26 +42,22 @@ def test_metadata_is_plain_json_with_everything_needed(tiny_model_dir):
     assert meta["features"] == [f"f{j}" for j in range(6)]
 
 
+def _every_section(**params) -> KDSM:
+    """A small KDSM with every config section given, as a loaded one reports them (so get_params compare), and
+    ``params`` over them."""
+    sections = dict(sigma=SigmaConfig(), model=ModelConfig(width=16, depth=1), ema=EMAConfig(), refine=RefineConfig(),
+                    score=ScoreConfig(), train=OptimConfig(steps=20, precision="fp32"), calibration=CalibrationConfig())
+    return KDSM(**{**sections, **params})
+
+
 def test_load_restores_every_parameter_so_a_clone_trains_the_same_model(tmp_path):
     """load dropped scale_discrete, max_train_rows and calibration.holdout (back to their defaults): get_params of a
     loaded model was wrong, and clone(KDSM.load(p)).fit(X) trained another model."""
     from sklearn.base import clone
 
-    from offline_train.config import (
-        CalibrationConfig,
-        EMAConfig,
-        ModelConfig,
-        OptimConfig,
-        RefineConfig,
-        ScoreConfig,
-        SigmaConfig,
-    )
-
     X = np.random.default_rng(0).normal(size=(300, 3))
     X[:, 2] = X[:, 2] > 0  # a binary column: scale_discrete decides whether it is standardised
-    det = KDSM(sigma=SigmaConfig(), model=ModelConfig(width=16, depth=1), ema=EMAConfig(), refine=RefineConfig(),
-               score=ScoreConfig(), train=OptimConfig(steps=20, precision="fp32"),
-               calibration=CalibrationConfig(holdout=0.3), scale_discrete=True, max_train_rows=100).fit(X)
+    det = _every_section(calibration=CalibrationConfig(holdout=0.3), scale_discrete=True, max_train_rows=100).fit(X)
     loaded = KDSM.load(det.save(tmp_path / "m"))
     assert loaded.get_params() == det.get_params()
     np.testing.assert_allclose(clone(loaded).fit(X).decision_function(X), det.decision_function(X), rtol=1e-6)
@@ -63,20 +68,8 @@ def test_a_model_fitted_on_every_row_saves_and_loads(tmp_path):
     DataConfig max_train_rows"); it loads as None, and a clone trains the same model."""
     from sklearn.base import clone
 
-    from offline_train.config import (
-        CalibrationConfig,
-        EMAConfig,
-        ModelConfig,
-        OptimConfig,
-        RefineConfig,
-        ScoreConfig,
-        SigmaConfig,
-    )
-
     X = np.random.default_rng(1).normal(size=(200, 3))
-    det = KDSM(sigma=SigmaConfig(), model=ModelConfig(width=16, depth=1), ema=EMAConfig(),
-               refine=RefineConfig(enabled=False), score=ScoreConfig(), train=OptimConfig(steps=20, precision="fp32"),
-               calibration=CalibrationConfig(), max_train_rows=None).fit(X)
+    det = _every_section(refine=RefineConfig(enabled=False), max_train_rows=None).fit(X)
     loaded = KDSM.load(det.save(tmp_path / "m"))
     assert loaded.max_train_rows is None and loaded.get_params() == det.get_params()
     np.testing.assert_allclose(clone(loaded).fit(X).decision_function(X), det.decision_function(X), rtol=1e-6)

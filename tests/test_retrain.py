@@ -78,6 +78,19 @@ def shifted(n: int, seed: int) -> np.ndarray:
     return X
 
 
+def _retrain_with_config(cfg, conf: dict) -> int:
+    """``kdsm retrain --config cfg`` with ``conf`` written there; the process-wide object-store settings it applied are
+    put back to the defaults afterwards, so later tests do not meet its endpoint."""
+    from offline_train import storage
+    from offline_train.config import StorageConfig
+
+    cfg.write_text(yaml.safe_dump(conf))
+    try:
+        return kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"])
+    finally:
+        storage.configure(StorageConfig())
+
+
 def test_lock_is_exclusive_renewed_and_safely_released(redis_client, unique):
     key = f"t{unique}:lock"
     a, b = RetrainLock(redis_client, key, ttl_s=1.2), RetrainLock(redis_client, key, ttl_s=1.2)
@@ -175,14 +188,7 @@ def test_an_unreachable_object_store_archive_is_one_line_and_exit_2(setup, tmp_p
     conf["archive"] = {"dir": "s3://kdsm/nowhere/archive"}
     conf["storage"] = {"s3_endpoint": f"http://127.0.0.1:{free_port()}", "s3_access_key": "k", "s3_secret_key": "s",
                        "connect_timeout_s": 0.5, "retries": 1}
-    cfg.write_text(yaml.safe_dump(conf))
-    try:
-        assert kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"]) == 2
-    finally:
-        from offline_train import storage
-        from offline_train.config import StorageConfig
-
-        storage.configure(StorageConfig())
+    assert _retrain_with_config(cfg, conf) == 2
     res = json.loads(capsys.readouterr().out)
     assert res["status"] == "failed" and res["reason"].startswith("archive unusable: s3://kdsm/nowhere/archive")
     assert "cannot reach the object store" in res["reason"] and "\n" not in res["reason"]
@@ -691,14 +697,7 @@ def test_a_current_model_that_cannot_be_read_fails_the_run_with_exit_2(store, se
         w = reg.store.location(v0) / "weights.safetensors"
         w.write_bytes(w.read_bytes()[:-8])
     cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(yaml.safe_dump(conf))
-    try:
-        assert kdsm_main(["retrain", "--config", str(cfg), "--log-level", "WARNING"]) == 2
-    finally:
-        from offline_train import storage
-        from offline_train.config import StorageConfig
-
-        storage.configure(StorageConfig())
+    assert _retrain_with_config(cfg, conf) == 2
     res = json.loads(capsys.readouterr().out)
     assert res["status"] == "failed" and res["reason"].startswith("artifact store unusable: ") and v0 in res["reason"]
     assert ("cannot reach the object store" if store == "unreachable" else "checksum") in res["reason"], res["reason"]
