@@ -599,11 +599,12 @@ class TransactionalCheckpointer(Checkpointer):
         first to fail counts (the others were not sent). A record still refused is found again on the next abort."""
         done = sorted((s for s in failed if s.future.failed()),
                       key=lambda s: s.failed_seq if s.failed_seq is not None else float("inf"))
-        refused = [s for s in _first_per_error(s for s in done if not s.failed_in_error)
-                   if not s.fallback and _refused_for_itself(s.future.exception)]
-        if not refused:  # a batch refused as a whole: its exception is the last_error
-            refused = [s for s in _first_per_error(s for s in done if s.failed_in_error)
-                       if not s.fallback and _refused_for_itself(s.future.exception)]
+
+        def refusals(in_error: bool) -> list[Send]:
+            return [s for s in _first_per_error(s for s in done if s.failed_in_error == in_error)
+                    if not s.fallback and _refused_for_itself(s.future.exception)]
+
+        refused = refusals(False) or refusals(True)  # the latter: a batch refused as a whole (its exception is the last_error)
         new = 0
         for s in refused:
             e = s.future.exception
