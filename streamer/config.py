@@ -297,3 +297,14 @@ class Settings(TrainSettings):
     drift: DriftConfig = DriftConfig()
     registry: RegistryConfig = RegistryConfig()
     retrain: RetrainConfig = RetrainConfig()
+
+    @field_validator("drift")
+    @classmethod
+    def _drift_topic_name(cls, v: DriftConfig) -> DriftConfig:
+        # Checked here, not in DriftConfig: streamer.lifecycle.config sits below this module and cannot import it.
+        if v.kafka_topic:
+            try:
+                check_topic(v.kafka_topic)
+            except ValueError as e:
+                raise ValueError(f"kafka_topic: {e}") from None
+        return v

@@ -128,6 +128,19 @@ def test_kafka_topic_names_are_checked(key, name, message, monkeypatch):
     assert message in str(e.value) and "1 to 249 ASCII letters, digits, '.', '_' and '-'" in str(e.value)
 
 
+@pytest.mark.parametrize(("name", "message"), [("bad topic!", "' ', '!' not allowed"), ("..", "(2 characters;")],
+                         ids=["space", "dot-dot"])
+def test_the_drift_topic_name_is_checked(name, message, monkeypatch):
+    """drift.kafka_topic escaped the rule (its section cannot import the check); the drift monitor's first send then
+    failed in kafka-python, long after kdsm config check had passed."""
+    monkeypatch.setenv("KDSM_DRIFT__KAFKA_TOPIC", name)
+    with pytest.raises(ConfigError, match=r"drift: Value error, kafka_topic: .* is not a Kafka topic name") as e:
+        load_settings(Settings)
+    assert message in str(e.value)
+    assert load_settings(Settings, drift={"kafka_topic": "kdsm.drift-v2"}).drift.kafka_topic == "kdsm.drift-v2"
+    assert load_settings(Settings, drift={"kafka_topic": None}).drift.kafka_topic is None
+
+
 @pytest.mark.parametrize("name", ["kdsm.events", "a", "e" * 249, "Events_2026-12.eu", "..a", "_"],
                          ids=["default", "one", "249", "mixed", "dots-and-more", "underscore"])
 def test_kafka_topic_names_kafka_takes_pass(name):
