@@ -448,3 +448,19 @@ def test_bad_bench_arguments_are_one_line_and_write_nothing(argv, says, tmp_path
     assert code == 2 and "Traceback" not in err, (code, err[-2000:])
     assert len(lines) == 1 and says in lines[0], err[-2000:]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_tls_against_a_plain_listener_is_one_line_within_the_connect_timeout(kafka_bootstrap, redis_url,
+                                                                              tiny_model_dir):
+    """security_protocol SSL against the dev broker's plain-TCP listener: kafka-python's bootstrap waited on the TLS
+    handshake past connect_timeout_s (over 40 s, no end seen); now one line names the protocol, within the timeout."""
+    env = {"KDSM_KAFKA__BOOTSTRAP": kafka_bootstrap, "KDSM_KAFKA__CONNECT_TIMEOUT_S": "2",
+           "KDSM_KAFKA__SECURITY_PROTOCOL": "SSL", "KDSM_REDIS__URL": redis_url, "KDSM_METRICS__ENABLED": "false"}
+    t0 = time.monotonic()
+    r = kdsm_proc("stream", "--model", str(tiny_model_dir), env=env, timeout=60)
+    took = time.monotonic() - t0
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and f"Kafka at {kafka_bootstrap} is unreachable" in lines[0] \
+        and "security_protocol SSL, but" in lines[0] and "is the listener plain TCP?" in lines[0], lines
+    assert took < 30, f"took {took:.0f} s with a 2 s connect timeout"

@@ -116,10 +116,54 @@ def _bootstrap_errors():
                 _listening["saved"] = None
 
 
+def _tls_answer(host: str, port: int, timeout: float) -> str | None:
+    """Why the listener at host:port is not TLS, or None: it completed a handshake, refused the connection, or failed
+    the handshake as a TLS server does (a certificate, a protocol version: kafka-python says which). Not TLS: no
+    answer within ``timeout``, or an answer that is not a TLS record."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # is it TLS at all; kafka-python verifies
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError:  # refused, unresolvable, unrouted: kafka-python's bootstrap reports these within its timeout
+        return None
+    try:
+        with ctx.wrap_socket(raw, server_hostname=host or None):
+            return None
+    except TimeoutError:
+        return f"no TLS handshake answer within {timeout:g} s"
+    except ssl.SSLError as e:
+        if e.reason in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE", "HTTP_REQUEST"):
+            return f"an answer that is not TLS ({e.reason})"
+        return None
+    except OSError:  # reset or closed mid-handshake: left to kafka-python, which names it
+        return None
+    finally:
+        raw.close()
+
+
+def _check_tls_listeners(k) -> None:
+    """``security_protocol`` SSL or SASL_SSL against plain-TCP listeners: kafka-python's bootstrap then waits on the
+    TLS handshake past ``bootstrap_timeout_ms``, for ever where the listener keeps the connection open. So each
+    bootstrap address gets one handshake first, bounded by ``connect_timeout_s``; when none speaks TLS and at least
+    one answered otherwise, ``KafkaUnavailable`` says so."""
+    if not k.security_protocol.endswith("SSL"):
+        return
+    reasons = []
+    for entry in (e.strip() for e in k.bootstrap.split(",") if e.strip()):
+        host, _, port = entry.rpartition(":")
+        why = _tls_answer(host.strip("[]"), int(port), k.connect_timeout_s)
+        if why is None:
+            return
+        reasons.append(f"{entry}: {why}")
+    raise KafkaUnavailable(k, f"security_protocol {k.security_protocol}, but {'; '.join(reasons)}: is the listener "
+                              f"plain TCP? (kafka.security_protocol)")
+
+
 def _reach(k, build, doing: str):
     """Build a client (or run its first request): a bootstrap that times out becomes one ``KafkaUnavailable`` naming the
     address and the last attempt's error; any other ``KafkaError`` (an ACL, a refused request) a ``KafkaStartError``
-    naming what was being done."""
+    naming what was being done. With TLS, the listeners are checked to speak it first (``_check_tls_listeners``)."""
+    _check_tls_listeners(k)
     with _bootstrap_errors() as seen:
         try:
             return build()
