@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 import ssl
-import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -27,10 +27,8 @@ def _listener(serve) -> int:
 
 
 @pytest.fixture(scope="module")
-def tls_port(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
+def tls_port():
+    d = Path(__file__).parent / "data" / "tls"  # a self-signed pair for this test only (openssl req -x509 -nodes)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(d / "cert.pem", d / "key.pem")
 
