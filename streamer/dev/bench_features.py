@@ -237,8 +237,7 @@ def run_quality(settings, seeds: int = 3, out: str | None = "docs/results/featur
 
 def _write(out, result, log) -> None:
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+        storage.write_bytes(out, (json.dumps(result, indent=2) + "\n").encode())  # a local file or an object-store URI
         log(f"wrote {out}")
 
 
@@ -252,14 +251,14 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--compare-tree", help="a checkout of the code before the feature spec (e.g. the main branch)")
     p.add_argument("--rounds", type=positive_int, default=3, help="alternating before/after rounds with --compare-tree")
     p.add_argument("--config", help="YAML config file (stream.max_batch)")
-    p.add_argument("--out", default="docs/results/features/speed.json", help="JSON file the figures are written to")
+    p.add_argument("--out", default="docs/results/features/speed.json", help="JSON file the figures are written to, or an object-store URI")
     p.set_defaults(func=lambda a: _speed(a, settings_cls))
     q = sub.add_parser("features-quality", help="K-DSM with the feature spec vs IForest and KNN on one-hot (Solar Flare)",
                        description="Solar Flare (real, bundled in river; anomaly = an M- or X-class flare): K-DSM on the "
                                    "spec's encoding vs PyOD IForest and KNN on one-hot, unsupervised, seeds 0..N-1.")
     q.add_argument("--seeds", type=positive_int, default=3, help="seeds 0..N-1")
     q.add_argument("--config", help="YAML config file (training settings; default: what kdsm train ships)")
-    q.add_argument("--out", default="docs/results/features/quality.json", help="JSON file the figures are written to")
+    q.add_argument("--out", default="docs/results/features/quality.json", help="JSON file the figures are written to, or an object-store URI")
     q.set_defaults(func=lambda a: _quality(a, settings_cls))
 
 
@@ -269,7 +268,9 @@ def _speed(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "speed.json")
     if a.compare_tree:
         check_compare_tree(a.compare_tree)
-    run_speed(load_settings(settings_cls, a.config), a.events, a.repeats, a.compare_tree, a.rounds, a.out)
+    s = load_settings(settings_cls, a.config)
+    storage.check_bucket(a.out)  # an object-store --out: its bucket now, not after the benchmark
+    run_speed(s, a.events, a.repeats, a.compare_tree, a.rounds, a.out)
     return 0
 
 
@@ -277,5 +278,7 @@ def _quality(a, settings_cls) -> int:
     from offline_train.config import load_settings
 
     storage.check_output_file(a.out, "JSON", "quality.json")
-    run_quality(load_settings(settings_cls, a.config), a.seeds, a.out)
+    s = load_settings(settings_cls, a.config)
+    storage.check_bucket(a.out)  # an object-store --out: its bucket now, not after the benchmark
+    run_quality(s, a.seeds, a.out)
     return 0

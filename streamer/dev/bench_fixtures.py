@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from offline_train import storage
 from offline_train.detector import KDSM
 
 
@@ -60,10 +61,10 @@ def consume_only(k, topic: str, n: int, max_batch: int) -> float:
 
 
 def write_result(out: str | None, result: dict, log=print) -> None:
-    """Write a bench's result JSON to ``out`` (when given) and say so."""
+    """Write a bench's result JSON to ``out`` (when given: a local file or an object-store URI, uploaded as one
+    object; ``Path`` would fold ``s3://b/x`` into a local folder ``s3:``) and say so."""
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2))
+        storage.write_bytes(out, json.dumps(result, indent=2).encode())  # StorageError: one line
         log(f"wrote {out}")
 
 

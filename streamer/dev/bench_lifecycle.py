@@ -12,7 +12,6 @@ import json
 import platform
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -58,8 +57,7 @@ def run(events: int = 20000, batch: int = 500, features: int = 21, rounds: int =
     print(f"{'sink':<24} {'us/event':>10}   ({events} events, batches of {batch}, {features} features, median of {rounds})")
     for k, v in results.items():
         print(f"{k:<24} {v:>10.2f}")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(report, indent=2))
+    storage.write_bytes(out, json.dumps(report, indent=2).encode())  # a local file or an object-store URI
     print(f"written to {out}")
     return report
 
@@ -70,11 +68,17 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--batch", type=positive_int, default=500, help="events per batch, as the stream hands them on")
     p.add_argument("--features", type=positive_int, default=21, help="features per archived event")
     p.add_argument("--rounds", type=positive_int, default=3, help="repetitions; the median is reported")
-    p.add_argument("--out", default="runs/bench-lifecycle.json", help="JSON file the figures are written to")
-    p.set_defaults(func=_main)
+    p.add_argument("--out", default="runs/bench-lifecycle.json", help="JSON file the figures are written to, or an "
+                   "object-store URI (s3://bucket/x.json; storage settings from KDSM_STORAGE__*)")
+    p.set_defaults(func=lambda a: _main(a, settings_cls))
 
 
-def _main(a) -> int:
+def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-lifecycle.json")  # before the benchmark, not after it
+    if storage.is_remote(a.out):  # an object-store --out: storage.* from KDSM_STORAGE__* (no --config here), its bucket
+        from offline_train.config import load_settings
+
+        load_settings(settings_cls)
+        storage.check_bucket(a.out)
     run(a.events, a.batch, a.features, a.rounds, a.out)
     return 0

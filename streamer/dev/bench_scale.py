@@ -49,7 +49,7 @@ def _child(args_file: str) -> int:
 
     a = json.loads(Path(args_file).read_text())
     setup_logging("WARNING")
-    s = Settings(**a["settings"])  # the SASL password, left out of the file, comes from the environment
+    s = Settings(**a["settings"])  # the SASL password, left out of the file, comes from the environment (child_launch)
     configure_process(s)  # as a kdsm stream process: torch threads and switch interval
     model = StaticModelProvider(a["model"], a["device"]).current()
     model.score_outputs(np.zeros((s.stream.max_batch, len(model.feature_names_))))  # CUDA context and kernels now
@@ -207,6 +207,16 @@ def _produce_counting(k, topic: str, values: list[bytes]) -> tuple[float, dict[i
     return rate, dict(counts)
 
 
+def child_launch(s, extra: dict) -> tuple[dict, dict[str, str]]:
+    """A child's args file content and environment. The SASL password stays out of the file (and argv): the child
+    gets it as KDSM_KAFKA__SASL_PASSWORD, whether the parent had it from that variable or from ``--config``."""
+    args = {"settings": s.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), **extra}
+    env = dict(os.environ)
+    if s.kafka.sasl_password is not None:
+        env["KDSM_KAFKA__SASL_PASSWORD"] = s.kafka.sasl_password.get_secret_value()
+    return args, env
+
+
 def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Path, group: str,
            ends: dict[int, int]) -> dict:
     """Start n children in one group at one barrier; collect their commit timelines."""
@@ -219,12 +229,12 @@ def _group(s, model_path: str, device: str, threads: int | None, n: int, tmp: Pa
         if threads:
             c.stream.threads = threads
         files = {k: str(tmp / f"{group}-{i}.{k}") for k in ("args", "ready", "out", "log")}
-        Path(files["args"]).write_text(json.dumps({
-            "settings": c.model_dump(mode="json", exclude={"kafka": {"sasl_password"}}), "model": model_path, "device": device,
-            "ready": files["ready"], "go": str(go), "out": files["out"], "stop": str(stop), "deadline_s": 240.0}))
+        args, env = child_launch(c, {"model": model_path, "device": device, "ready": files["ready"], "go": str(go),
+                                     "out": files["out"], "stop": str(stop), "deadline_s": 240.0})
+        Path(files["args"]).write_text(json.dumps(args))
         with open(files["log"], "wb") as log_file:
             procs.append(subprocess.Popen([sys.executable, "-m", "streamer.dev.bench_scale", files["args"]],
-                                          stdout=log_file, stderr=subprocess.STDOUT))
+                                          stdout=log_file, stderr=subprocess.STDOUT, env=env))
         outs.append(Path(files["out"]))
         readies.append((Path(files["ready"]), Path(files["log"])))
     try:

@@ -494,13 +494,16 @@ def sweep(settings, model_path: str | None = None, events: int = 30000, batches=
                   "max_in_flight": s.stream.max_in_flight, "latency_seconds": latency_seconds, "points": points}
         write_result(out, result, log)
         if out:
-            png = Path(out).with_suffix(".png")
+            png = os.path.splitext(str(out))[0] + ".png"  # a string: Path would fold s3://b/x into s3:/b/x
             _plot_sweep(result, png)
             log(f"wrote {png}")
         return result
 
 
-def _plot_sweep(result: dict, path: Path) -> None:
+def _plot_sweep(result: dict, path: str | Path) -> None:
+    """The sweep's PNG at ``path``, a local file or an object-store URI (uploaded as one object)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -528,8 +531,12 @@ def _plot_sweep(result: dict, path: Path) -> None:
     fig.suptitle(f"kdsm bench stream --sweep ({m['cpu']}, {m['cores']} cores, {m['device']}, delivery {result['delivery']}"
                  + (f", load {load[0]:.1f}" if load else "") + ")", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    storage.write_bytes(path, png.getvalue())
 
 
 def process_counts(text: str) -> list[int]:
@@ -587,8 +594,8 @@ def register_bench(sub, settings_cls) -> None:
                                        "sharing the device, read one topic of --partitions partitions; the group's "
                                        "events/s per N (default out runs/bench-stream-scale.json)")
     p.add_argument("--partitions", type=positive_int, default=4, help="with --processes: partitions of the events topic")
-    p.add_argument("--out", help="JSON file the figures are written to (default runs/bench-stream.json, "
-                                 "runs/bench-stream-sweep.json with --sweep)")
+    p.add_argument("--out", help="JSON file the figures are written to, or an object-store URI (default "
+                                 "runs/bench-stream.json, runs/bench-stream-sweep.json with --sweep)")
     p.set_defaults(func=lambda a: _main(a, settings_cls))
 
 
@@ -603,6 +610,8 @@ def _main(a, settings_cls) -> int:
     setup_logging("WARNING")
     stop_on_sigterm()
     s = load_settings(settings_cls, a.config)
+    if a.out:
+        storage.check_bucket(a.out)  # an object-store --out: its bucket now, not after the benchmark
     with flag_overrides():
         if a.bootstrap:
             s.kafka.bootstrap = a.bootstrap
