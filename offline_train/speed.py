@@ -112,8 +112,7 @@ def run(d=21, width=512, depth=6, batch=128, copies=3, steps=150, warmup=20, rou
         log(f"bf16 / fp32: {result['speedup_bf16_over_fp32']}x (no teacher), "
             f"{result['speedup_bf16_ema_over_fp32_ema']}x (with EMA teacher)")
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(result, indent=2))
+        storage.write_bytes(out, json.dumps(result, indent=2).encode())  # a local file or an object (s3://...)
         log(f"wrote {out}")
     return result
 
@@ -143,6 +142,7 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a) -> int:
     storage.check_output_file(a.out, "JSON", "bench-train.json")  # before the minutes of timing, not after
+    storage.check_bucket(a.out)  # an object-store --out: its bucket answers before the timing
     resolve_device(a.device)
     run(d=a.features, width=a.width, depth=a.depth, steps=a.steps, rounds=a.rounds, device=a.device, out=a.out)
     return 0

@@ -92,6 +92,16 @@ def test_an_unusable_store_is_one_line_before_the_bench(bench, unreachable_store
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("bench", [["train"], ["sigmas"]])
+def test_the_offline_benches_check_the_bucket_before_the_timing(bench, unreachable_store, tmp_path, monkeypatch, capsys):
+    """bench train and bench sigmas wrote --out s3://... as a local ./s3:/... file after minutes of timing."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *bench, "--out", "s3://kdsm/bench/x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the object store" in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_stream_checks_the_bucket_before_a_broker(unreachable_store, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["bench", "stream", "--bootstrap", f"127.0.0.1:{free_port()}", "--out", "s3://kdsm/b/x.json"]) == 2

@@ -109,6 +109,7 @@ def _compare(a) -> int:
 
     if a.out:
         storage.check_output_file(a.out, "Markdown", "compare.md")
+        storage.check_bucket(a.out)
     seeds = set(_csv_list(a.seeds)) if a.seeds else None
     rows = []
     for arg in a.csv:
@@ -130,7 +131,7 @@ def _compare(a) -> int:
         table += "\n\n" + per[:per.index("### Mean over datasets")].rstrip()
     print(table)
     if a.out:
-        Path(a.out).write_text(f"{a.setting}, {a.split} split, from {', '.join(a.csv)}\n\n{table}\n")
+        storage.write_bytes(a.out, f"{a.setting}, {a.split} split, from {', '.join(a.csv)}\n\n{table}\n".encode())
     return 0
 
 
