@@ -22,10 +22,12 @@ user's terms, e.g. ``spot_size = "K" (expected "S")``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -57,6 +59,25 @@ def _alert_line(a: dict, label: int | None) -> str:
             f"p={a['p_value']:.4f}  top: {top}  [{truth}]")
 
 
+@contextlib.contextmanager
+def _sigint_held():
+    """Within: a Ctrl-C is only noted, and raised as ``KeyboardInterrupt`` on the way out. For the clean-up, so a
+    second Ctrl-C (an impatient user, or ``timeout -s INT`` signalling the whole group) cannot cut it short and leave
+    the broker and Redis running: they run in their own sessions, nothing else stops them."""
+    noted = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    except ValueError:  # not the main thread: no Ctrl-C lands here
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if noted:
+        raise KeyboardInterrupt
+
+
 def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: float = 120.0, steps: int = 400,
              workdir: str | None = None, metrics_port: int = 0, out=print, mixed: bool = False) -> int:
     from kafka import KafkaConsumer, TopicPartition
@@ -78,6 +99,8 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
     services = [local_services.Service("kafka", local_services.free_port(), work / "services"),
                 local_services.Service("redis", local_services.free_port(), work / "services")]
     app = server = stream_thread = None
+    stop = threading.Event()  # tells the replay thread to end
+    replay = replay_thread = reader = None
     try:
         for svc in services:
             svc.start()
@@ -111,11 +134,11 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
 
         base = events_from_table(table, label_column="label")
         n = len(base)
-        stop = threading.Event()
         replayed = {"events": 0, "anomalies": 0}
 
+        replay = make_producer(s.kafka)  # closed by the clean-up below, however the demo ends
+
         def produce():  # shuffled rows, cycled, ids kept unique per cycle, at `rate` events/s
-            p = make_producer(s.kafka)
             order = list(range(n))
             sent, t0, cycle = 0, time.monotonic(), 0
             while sent < events and not stop.is_set():
@@ -126,7 +149,12 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
                     rec = json.loads(base[i][1])
                     rec["id"] = cycle * n + i
                     rec["ts"] = round(time.time(), 3)
-                    p.send(s.kafka.events_topic, key=str(rec["id"]).encode(), value=json.dumps(rec).encode())
+                    try:
+                        replay.send(s.kafka.events_topic, key=str(rec["id"]).encode(), value=json.dumps(rec).encode())
+                    except Exception:
+                        if stop.is_set():  # the demo is ending (Ctrl-C) and closed the producer meanwhile
+                            return
+                        raise
                     sent += 1
                     replayed["events"] += 1
                     replayed["anomalies"] += labels[i]
@@ -134,11 +162,11 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
                     if ahead > 0:
                         time.sleep(ahead)
                 cycle += 1
-            p.flush()
-            p.close()
+            if not stop.is_set():
+                replay.flush()
 
-        producer = threading.Thread(target=produce, name="kdsm-demo-replay", daemon=True)
-        producer.start()
+        replay_thread = threading.Thread(target=produce, name="kdsm-demo-replay", daemon=True)
+        replay_thread.start()
         out(f"replaying {events} events at {rate:.0f}/s; alerts as they arrive:")
         reader = KafkaConsumer(bootstrap_servers=s.kafka.bootstrap, group_id=None, enable_auto_commit=False)
         reader.assign([TopicPartition(s.kafka.alerts_topic, 0)])
@@ -166,7 +194,7 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
                 out(f"-- ops: warning threshold {change['old']:.2f} -> {change['new']:.2f} (calibration q0.90) in Redis; "
                     f"the streamer picks it up within a second --")
             show_alerts()
-            if not producer.is_alive() and app.counts["events"] >= events and not app.checkpoint.in_flight:
+            if not replay_thread.is_alive() and app.counts["events"] >= events and not app.checkpoint.in_flight:
                 break
         # The last batch's alerts may still be on their way to the reader: print every alert the streamer published.
         drain_until = time.monotonic() + 10
@@ -174,6 +202,7 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
             show_alerts()
         stop.set()
         reader.close()
+        reader = None
         scored = app.counts["events"]
         out("")
         out(f"done: {scored} events scored, {seen} alerts ({true_alerts} on labelled anomalies), "
@@ -190,16 +219,35 @@ def run_demo(settings_cls, events: int = 3000, rate: float = 500.0, duration: fl
         out(f"logs:    {log_path}")
         return 0
     finally:
-        if app is not None:
-            app.stop()
-            if stream_thread is not None:
-                stream_thread.join(30)
-            if app.thresholds is not None:
-                app.thresholds.stop()
-        if server is not None:
-            server.stop()
-        for svc in reversed(services):
-            svc.stop()
-        if workdir is None:
-            shutil.rmtree(work / "services", ignore_errors=True)
-        out("stopped the broker, Redis and the streamer")
+        # On Ctrl-C too: first the replay (its producer would otherwise outlive the broker and fail at exit), then the
+        # streamer, then the services, with Ctrl-C held so a second one cannot leave the broker or Redis running.
+        with _sigint_held():
+            try:
+                _stop_replay(stop, replay_thread, replay, reader)
+                if app is not None:
+                    app.stop()
+                    if stream_thread is not None:
+                        stream_thread.join(30)
+                    if app.thresholds is not None:
+                        app.thresholds.stop()
+                if server is not None:
+                    server.stop()
+            finally:
+                for svc in reversed(services):
+                    svc.stop()
+                if workdir is None:
+                    shutil.rmtree(work / "services", ignore_errors=True)
+                out("stopped the broker, Redis and the streamer")
+
+
+def _stop_replay(stop: threading.Event, thread: threading.Thread | None, producer, reader) -> None:
+    """End the replay thread and close its producer and the alert reader, each within a few seconds."""
+    stop.set()
+    if thread is not None:
+        thread.join(10)
+    for client, close in ((producer, lambda c: c.close(timeout=5)), (reader, lambda c: c.close())):
+        if client is not None:
+            try:
+                close(client)
+            except Exception as e:  # a record the broker did not take in time: the demo is ending anyway
+                logging.getLogger(__name__).warning({"event": "demo_close_failed", "error": repr(e)})

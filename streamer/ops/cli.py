@@ -61,6 +61,9 @@ def user_errors() -> tuple[type[Exception], ...]:
     kafka_clients = sys.modules.get("streamer.pipeline.kafka_clients")  # only a command that loaded it reaches a broker
     if kafka_clients is not None:
         errors += (kafka_clients.KafkaUnavailable,)
+    services = sys.modules.get("streamer.dev.local_services")  # the demo and the benches start their own dev services
+    if services is not None:  # a missing redis-server or tansu, a port someone else holds: the message says what to do
+        errors += (services.ServiceError,)
     return errors
 
 
