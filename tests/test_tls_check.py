@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def _plain_bytes(conn):
 
 
 def test_a_tls_listener_passes(tls_port):
-    assert _tls_answer("127.0.0.1", tls_port, 5.0) is None
+    assert _tls_answer("127.0.0.1", tls_port, 5.0) is True
     _check_tls_listeners(KafkaConfig(bootstrap=f"127.0.0.1:{tls_port}", security_protocol="SSL"))
 
 
@@ -72,6 +73,32 @@ def test_nothing_listening_is_left_to_kafka_python():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: refused
         assert _tls_answer("127.0.0.1", port, 1.0) is None
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed when returned: nothing listens there
+
+
+def test_a_plain_listener_beside_an_unreachable_one_still_raises():
+    """An unknown answer (refused) ended the check as a TLS one did, so kafka-python waited on the plain listener."""
+    plain = _listener(_plain_bytes)
+    with pytest.raises(KafkaUnavailable, match=rf"but 127.0.0.1:{plain}: an answer that is not TLS"):
+        _check_tls_listeners(KafkaConfig(bootstrap=f"127.0.0.1:{_refused_port()},127.0.0.1:{plain}",
+                                         security_protocol="SSL", connect_timeout_s=2))
+    _check_tls_listeners(KafkaConfig(bootstrap=f"127.0.0.1:{_refused_port()}", security_protocol="SSL"))  # unknown
+
+
+def test_silent_listeners_are_asked_at_once_within_one_timeout():
+    """Three silent addresses one after another took three timeouts, on every client built."""
+    ports = [_listener(_silent) for _ in range(3)]
+    t0 = time.monotonic()
+    with pytest.raises(KafkaUnavailable) as e:
+        _check_tls_listeners(KafkaConfig(bootstrap=",".join(f"127.0.0.1:{p}" for p in ports), security_protocol="SSL",
+                                         connect_timeout_s=1))
+    assert time.monotonic() - t0 < 2.0
+    assert all(f"127.0.0.1:{p}: no TLS handshake answer within 1 s" in str(e.value) for p in ports)
 
 
 def test_one_tls_listener_among_the_bootstrap_suffices_and_none_raises(tls_port):

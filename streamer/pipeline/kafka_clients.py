@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import socket
 import ssl
 import threading
+import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
@@ -116,26 +118,29 @@ def _bootstrap_errors():
                 _listening["saved"] = None
 
 
-def _tls_answer(host: str, port: int, timeout: float) -> str | None:
-    """Why the listener at host:port is not TLS, or None: it completed a handshake, refused the connection, or failed
-    the handshake as a TLS server does (a certificate, a protocol version: kafka-python says which). Not TLS: no
-    answer within ``timeout``, or an answer that is not a TLS record."""
+def _tls_answer(host: str, port: int, timeout: float) -> bool | str | None:
+    """Whether the listener at host:port speaks TLS, within ``timeout`` in all: True when it completed a handshake or
+    failed it as a TLS server does (a certificate, a protocol version: kafka-python says which); a reason when it is
+    not TLS (no answer to the handshake in time, or an answer that is not a TLS record); None when unknown (refused,
+    unresolvable, unrouted, reset: kafka-python's bootstrap reports those within its timeout)."""
+    deadline = time.monotonic() + timeout
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # is it TLS at all; kafka-python verifies
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
-    except OSError:  # refused, unresolvable, unrouted: kafka-python's bootstrap reports these within its timeout
+    except OSError:
         return None
     try:
+        raw.settimeout(max(0.05, deadline - time.monotonic()))  # connect and handshake share the one timeout
         with ctx.wrap_socket(raw, server_hostname=host or None):
-            return None
+            return True
     except TimeoutError:
         return f"no TLS handshake answer within {timeout:g} s"
     except ssl.SSLError as e:
         if e.reason in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE", "HTTP_REQUEST"):
             return f"an answer that is not TLS ({e.reason})"
-        return None
-    except OSError:  # reset or closed mid-handshake: left to kafka-python, which names it
+        return True
+    except OSError:
         return None
     finally:
         raw.close()
@@ -143,27 +148,45 @@ def _tls_answer(host: str, port: int, timeout: float) -> str | None:
 
 def _check_tls_listeners(k) -> None:
     """``security_protocol`` SSL or SASL_SSL against plain-TCP listeners: kafka-python's bootstrap then waits on the
-    TLS handshake past ``bootstrap_timeout_ms``, for ever where the listener keeps the connection open. So each
-    bootstrap address gets one handshake first, bounded by ``connect_timeout_s``; when none speaks TLS and at least
-    one answered otherwise, ``KafkaUnavailable`` says so."""
+    TLS handshake past ``bootstrap_timeout_ms``, for ever where the listener keeps the connection open. So every
+    bootstrap address gets one handshake first, all at once, within ``connect_timeout_s``: the first that speaks TLS
+    ends the check; when none does and at least one answered otherwise (silence, plain bytes), ``KafkaUnavailable``
+    says so; addresses that cannot be reached are left to kafka-python."""
     if not k.security_protocol.endswith("SSL"):
         return
-    reasons = []
-    for entry in (e.strip() for e in k.bootstrap.split(",") if e.strip()):
+    entries = [e.strip() for e in k.bootstrap.split(",") if e.strip()]
+    answers: queue.Queue = queue.Queue()
+
+    def ask(entry: str) -> None:
         host, _, port = entry.rpartition(":")
-        why = _tls_answer(host.strip("[]"), int(port), k.connect_timeout_s)
-        if why is None:
+        answers.put((entry, _tls_answer(host.strip("[]"), int(port), k.connect_timeout_s)))
+
+    for entry in entries:  # daemon threads: one still waiting on a silent address never holds up the exit
+        threading.Thread(target=ask, args=(entry,), name="kdsm-tls-check", daemon=True).start()
+    deadline = time.monotonic() + k.connect_timeout_s + 1.0
+    reasons = {}
+    for _ in entries:
+        try:
+            entry, answer = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if answer is True:
             return
-        reasons.append(f"{entry}: {why}")
-    raise KafkaUnavailable(k, f"security_protocol {k.security_protocol}, but {'; '.join(reasons)}: is the listener "
-                              f"plain TCP? (kafka.security_protocol)")
+        if answer is not None:
+            reasons[entry] = answer
+    if reasons:
+        said = "; ".join(f"{e}: {reasons[e]}" for e in entries if e in reasons)
+        raise KafkaUnavailable(k, f"security_protocol {k.security_protocol}, but {said}: is the listener plain TCP? "
+                                  f"(kafka.security_protocol)")
 
 
-def _reach(k, build, doing: str):
+def _reach(k, build, doing: str, check_tls: bool = True):
     """Build a client (or run its first request): a bootstrap that times out becomes one ``KafkaUnavailable`` naming the
     address and the last attempt's error; any other ``KafkaError`` (an ACL, a refused request) a ``KafkaStartError``
-    naming what was being done. With TLS, the listeners are checked to speak it first (``_check_tls_listeners``)."""
-    _check_tls_listeners(k)
+    naming what was being done. With TLS, the listeners are checked to speak it first (``_check_tls_listeners``;
+    ``check_tls`` False where the client was just built, so checked)."""
+    if check_tls:
+        _check_tls_listeners(k)
     with _bootstrap_errors() as seen:
         try:
             return build()
@@ -243,7 +266,8 @@ def make_transactional_producer(k) -> KafkaProducer:
     (which fences an older producer with the same id and aborts what it left open)."""
     p = make_producer(k, transactional_id=transactional_id(k))
     try:
-        _reach(k, p.init_transactions, f"initialising the transactions of {transactional_id(k)!r} (kafka.transactional_id)")
+        _reach(k, p.init_transactions, f"initialising the transactions of {transactional_id(k)!r} (kafka.transactional_id)",
+               check_tls=False)
     except Exception:
         p.close(timeout=k.delivery_timeout_s)
         raise
