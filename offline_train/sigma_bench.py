@@ -187,12 +187,12 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--partition-rows", type=positive_int, default=PARTITION_ROWS, help="rows per Dask task at least (whole row groups)")
     p.add_argument("--data-dir", type=folder, default="runs/bench-sigmas", help="where the generated Parquet files are kept")
     p.add_argument("--out", default="runs/bench-sigmas.json", help="JSON file the figures are written to")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=lambda a: _main(a, settings_cls))
 
 
-def _main(a) -> int:
+def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-sigmas.json")  # before the data is generated and timed
-    storage.check_bucket(a.out)  # an object-store --out: its bucket answers before the timing
+    storage.check_remote_out(a.out, settings_cls)
     run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir, a.out)
     return 0
 

@@ -137,12 +137,12 @@ def register_bench(sub, settings_cls) -> None:
     p.add_argument("--rounds", type=positive_int, default=3, help="interleaved repetitions; the median is reported")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--out", default="runs/bench-train.json", help="JSON file the figures are written to")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=lambda a: _main(a, settings_cls))
 
 
-def _main(a) -> int:
+def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-train.json")  # before the minutes of timing, not after
-    storage.check_bucket(a.out)  # an object-store --out: its bucket answers before the timing
+    storage.check_remote_out(a.out, settings_cls)
     resolve_device(a.device)
     run(d=a.features, width=a.width, depth=a.depth, steps=a.steps, rounds=a.rounds, device=a.device, out=a.out)
     return 0

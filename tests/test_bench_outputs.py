@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -99,6 +100,7 @@ def test_the_offline_benches_check_the_bucket_before_the_timing(bench, unreachab
     assert main(["bench", *bench, "--out", "s3://kdsm/bench/x.json"]) == 2
     err = capsys.readouterr().err
     assert "cannot reach the object store" in err and err.count("\n") == 1, err
+    assert os.environ["KDSM_STORAGE__S3_ENDPOINT"] in err, err  # the configured store, not AWS's
     assert list(tmp_path.iterdir()) == []
 
 

@@ -66,7 +66,7 @@ def register_bench(sub: argparse._SubParsersAction, settings_cls) -> None:
     c.add_argument("--focus", default="default", help="the method whose wins are counted (default: default)")
     c.add_argument("--per-dataset", action="store_true", help="also the per-dataset AUC-PR and AUC-ROC tables")
     c.add_argument("--out", help="also write the table to this Markdown file")
-    c.set_defaults(func=_compare)
+    c.set_defaults(func=lambda a: _compare(a, settings_cls))
 
 
 def machine_info() -> dict:
@@ -104,12 +104,12 @@ def _read_results(path: Path) -> list[dict]:
     return rows
 
 
-def _compare(a) -> int:
+def _compare(a, settings_cls) -> int:
     from .report import compare_table
 
     if a.out:
         storage.check_output_file(a.out, "Markdown", "compare.md")
-        storage.check_bucket(a.out)
+        storage.check_remote_out(a.out, settings_cls)
     seeds = set(_csv_list(a.seeds)) if a.seeds else None
     rows = []
     for arg in a.csv:

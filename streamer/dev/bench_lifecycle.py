@@ -75,10 +75,6 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-lifecycle.json")  # before the benchmark, not after it
-    if storage.is_remote(a.out):  # an object-store --out: storage.* from KDSM_STORAGE__* (no --config here), its bucket
-        from offline_train.config import load_settings
-
-        load_settings(settings_cls)
-        storage.check_bucket(a.out)
+    storage.check_remote_out(a.out, settings_cls)
     run(a.events, a.batch, a.features, a.rounds, a.out)
     return 0
