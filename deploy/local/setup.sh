@@ -21,11 +21,10 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pip python3-venv >/dev/null
 fi
-pip_install=(python3 -m pip install -q)
 if python3 -c 'import os, sys, sysconfig
 sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
   echo "setup: $(command -v python3) is externally managed (PEP 668): installing into /usr/local with --break-system-packages"
-  pip_install+=(--break-system-packages)
+  export PIP_BREAK_SYSTEM_PACKAGES=1  # --break-system-packages for each install that follows
 fi
 
 # torch first and pinned (torch==2.13.0). Which wheel pip picks depends on pip's configuration: where it
@@ -34,8 +33,8 @@ fi
 #   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 if ! python3 -c "import torch" >/dev/null 2>&1; then
   echo "setup: installing torch==2.13.0 (pinned; the CPU wheel only where pip's configuration provides one, the CUDA build on plain PyPI)"
-  "${pip_install[@]}" torch==2.13.0
+  python3 -m pip install -q torch==2.13.0
 fi
 echo "setup: installing kdsm-stream and its dev extras"
-"${pip_install[@]}" -e ".[dev]"
+python3 -m pip install -q -e ".[dev]"
 echo "setup: done ($(python3 -c 'import torch; print("torch", torch.__version__)'), $(redis-server --version | cut -d' ' -f1-3), SeaweedFS $(weed version 2>/dev/null | awk '{print $3}'))"
