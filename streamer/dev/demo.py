@@ -67,13 +67,14 @@ def _sigint_held():
     noted = []
     try:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+        held = True
     except ValueError:  # not the main thread: no Ctrl-C lands here
-        previous = None
+        held = False
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        if held:  # a handler set outside Python reads as None: Python's default then, not Ctrl-C ignored for good
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
     if noted:
         raise KeyboardInterrupt
 

@@ -4,7 +4,8 @@ Each row becomes one flat JSON object: every column except the label
 column (ids = row numbers when there is no id column), plus the timestamp
 field set to the send time (unix seconds) when the file has none. The Kafka key is the event id. Labels are never sent:
 the stream must not see them, nor are the archive's own ``kdsm_*`` columns (``archive.META_COLUMNS``: score,
-severity, offsets, Kafka and commit times), so an archive file replays as the events it recorded.
+severity, offsets, Kafka and commit times), so an archive file replays as the events it recorded (its ``id`` and
+``ts``, which the archive keeps as strings, as strings).
 
 Column types JSON lacks: timestamps, dates and times become ISO-8601 strings (a time zone's timestamp in UTC,
 ``2023-11-14T22:13:20.123Z``; a naive one without offset), decimals become floats. The decoder takes an event time
@@ -56,9 +57,12 @@ def events_from_table(table: pa.Table, id_field: str = "id", ts_field: str = "ts
     return out
 
 
+_is_binary_view = getattr(pa.types, "is_binary_view", lambda t: False)  # pyarrow >= 16; pyproject allows 15
+
+
 def _no_json_form(t: pa.DataType) -> bool:
     if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_binary_view(t) or pa.types.is_duration(t) or pa.types.is_interval(t) or pa.types.is_map(t)):
+            or _is_binary_view(t) or pa.types.is_duration(t) or pa.types.is_interval(t) or pa.types.is_map(t)):
         return True
     if pa.types.is_dictionary(t):
         return _no_json_form(t.value_type)
