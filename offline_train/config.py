@@ -471,6 +471,16 @@ def _settings_error(e: Exception, environ=None) -> str:
             f"e.g. {var.split()[0]}='{{\"key\": \"value\"}}'; or set one key: {var.split()[0]}__<KEY>)")
 
 
+def check_remote_out(out, settings_cls) -> None:
+    """An object-store ``--out`` of a command that has no ``--config``: the ``storage`` settings from the environment
+    (``KDSM_STORAGE__*``, which ``load_settings`` applies), then its bucket, checked before the work, not after it."""
+    from . import storage
+
+    if storage.is_remote(out):
+        load_settings(settings_cls)
+        storage.check_bucket(out)
+
+
 def load_settings(cls: type[KDSMSettings] = TrainSettings, path: str | os.PathLike | None = None, **overrides: Any):
     """Build ``cls`` from defaults < YAML ``path`` < env ``KDSM_*`` < ``overrides``.
 

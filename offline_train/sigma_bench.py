@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from . import storage
 from .argtypes import folder, positive_int
+from .config import check_remote_out
 from .engine import PARTITION_ROWS
 
 KINDS = ("normal", "laplace", "lognormal", "poisson", "binary", "uniform", "student_t3", "spike")
@@ -192,7 +193,7 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-sigmas.json")  # before the data is generated and timed
-    storage.check_remote_out(a.out, settings_cls)
+    check_remote_out(a.out, settings_cls)
     run(a.rows, a.features, a.workers, a.batch_rows, a.partition_rows, a.data_dir, a.out)
     return 0
 

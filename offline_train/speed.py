@@ -21,6 +21,7 @@ import torch
 
 from . import storage
 from .argtypes import positive_int
+from .config import check_remote_out
 from .model import Dropout, ScoreNet, bf16_supported, resolve_device
 from .train import train_score_net
 
@@ -142,7 +143,7 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-train.json")  # before the minutes of timing, not after
-    storage.check_remote_out(a.out, settings_cls)
+    check_remote_out(a.out, settings_cls)
     resolve_device(a.device)
     run(d=a.features, width=a.width, depth=a.depth, steps=a.steps, rounds=a.rounds, device=a.device, out=a.out)
     return 0

@@ -295,17 +295,6 @@ def list_files(location, suffix: str = "") -> list[pafs.FileInfo]:
     return [f for f in found if f.type == pafs.FileType.File and f.base_name.endswith(suffix)]
 
 
-def check_remote_out(out, settings_cls) -> None:
-    """An object-store ``--out`` of a command that has no ``--config``: the ``storage`` settings from the environment
-    (``KDSM_STORAGE__*``, which ``load_settings`` applies), then its bucket, checked before the work, not after it."""
-    if not is_remote(out):
-        return
-    from .config import load_settings  # here: config imports this module
-
-    load_settings(settings_cls)
-    check_bucket(out)
-
-
 def check_bucket(location) -> None:
     """Raise StorageError now if the store behind ``location`` is unreachable or its bucket is missing."""
     if not is_remote(location):

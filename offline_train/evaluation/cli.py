@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import storage
 from ..argtypes import seed
-from ..config import ConfigError, load_settings
+from ..config import ConfigError, check_remote_out, load_settings
 from .methods import METHODS, bench_calibration
 
 DEFAULT_METHODS = {"semi": "default,dsm,knn,iforest,lof,ecod", "unsup": "default,kdsm-ema,kdsm,knn,iforest,lof,ecod"}
@@ -109,7 +109,7 @@ def _compare(a, settings_cls) -> int:
 
     if a.out:
         storage.check_output_file(a.out, "Markdown", "compare.md")
-        storage.check_remote_out(a.out, settings_cls)
+        check_remote_out(a.out, settings_cls)
     seeds = set(_csv_list(a.seeds)) if a.seeds else None
     rows = []
     for arg in a.csv:

@@ -17,6 +17,7 @@ import numpy as np
 
 from offline_train import storage
 from offline_train.argtypes import positive_int
+from offline_train.config import check_remote_out
 from streamer.lifecycle.archive import ArchiveSink, example_batch
 from streamer.lifecycle.config import ArchiveConfig, DriftConfig
 from streamer.lifecycle.drift import DriftSink
@@ -75,6 +76,6 @@ def register_bench(sub, settings_cls) -> None:
 
 def _main(a, settings_cls) -> int:
     storage.check_output_file(a.out, "JSON", "bench-lifecycle.json")  # before the benchmark, not after it
-    storage.check_remote_out(a.out, settings_cls)
+    check_remote_out(a.out, settings_cls)
     run(a.events, a.batch, a.features, a.rounds, a.out)
     return 0
