@@ -27,8 +27,12 @@ pytestmark = pytest.mark.integration
 # Written by hand: no number, NaN (never alerts), inf (never alerts), negative (alerts on every event), a boolean,
 # bytes that are not UTF-8 (the client decodes replies as UTF-8: UnicodeDecodeError), JSON with such bytes in it.
 NOT_UTF8 = b"\xff\xfe"
+# JSON nested deeper than the parser goes (it raised RecursionError, not ValueError: every streamer crashed)
+TOO_DEEP = "[" * 5000 + "]" * 5000
 NO_THRESHOLD = ["7.5 please", '{"score": NaN}', '{"score": "nan"}', '{"score": "inf"}', '{"score": 1e999}',
-                '{"score": -5}', '{"score": true}', '{"score": ""}', "[1]", "", NOT_UTF8, b'{"score": 5, "by": "\xff"}']
+                '{"score": -5}', '{"score": true}', '{"score": ""}', "[1]", "", NOT_UTF8, b'{"score": 5, "by": "\xff"}',
+                # an integer no float holds (float() raised OverflowError: every streamer crashed), and TOO_DEEP
+                '{"score": 1' + "0" * 400 + "}", TOO_DEEP]
 
 
 def _as_shown(value) -> str:
@@ -429,7 +433,7 @@ def test_threshold_keys_of_the_wrong_type(redis_client, redis_url, prefix, confi
     assert redis_client.hgetall(key) == {}
 
 
-@pytest.mark.parametrize("text", ["garbage", NOT_UTF8, b'{"by": "\xff"}'])
+@pytest.mark.parametrize("text", ["garbage", NOT_UTF8, b'{"by": "\xff"}', TOO_DEEP])
 def test_an_unreadable_audit_record_is_shown_as_it_is(redis_client, prefix, config, tiny_model_dir, model, capsys, text):
     """Not JSON, or not UTF-8: shown as unreadable, not a traceback."""
     audit = f"{prefix}thresholds:{model.version_}:audit"
@@ -453,7 +457,8 @@ def registered(redis_url, prefix, tmp_path, tiny_model_dir):
     return reg, v
 
 
-@pytest.mark.parametrize("text", ["garbage", "5", "[1, 2]", '"str"', "null", "", NOT_UTF8, b'{"version": "\xff"}'])
+@pytest.mark.parametrize("text", ["garbage", "5", "[1, 2]", '"str"', "null", "", NOT_UTF8, b'{"version": "\xff"}',
+                                  TOO_DEEP])
 def test_a_damaged_registry_entry_is_one_line_and_does_not_hide_the_others(registered, redis_client, config, capsys,
                                                                             text):
     reg, v = registered

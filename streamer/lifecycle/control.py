@@ -257,18 +257,25 @@ def text_of(value):
 
 def json_of(value):
     """The JSON a value of ``read_raw``'s reply (or its ``text_of``) holds; ``ValueError`` when it is not UTF-8 (even
-    where the replaced text happens to be JSON) or not JSON.
+    where the replaced text happens to be JSON), not JSON, or nested too deep for the parser (a value written by hand:
+    its ``RecursionError`` would otherwise escape every reader of the key).
 
     >>> json_of(b'{"a": 1}'), json_of('[2]')
     ({'a': 1}, [2])
     >>> json_of(b'{"a": "\\xff"}')
     Traceback (most recent call last):
     ValueError: not UTF-8
+    >>> json_of("[" * 100_000 + "]" * 100_000)
+    Traceback (most recent call last):
+    ValueError: JSON nested too deep
     """
     text = text_of(value)
     if isinstance(text, NotUtf8):
         raise ValueError("not UTF-8")
-    return json.loads(text)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
 
 
 def never_expires(client, key: str) -> bool:

@@ -94,12 +94,13 @@ def override_score(rec) -> float | None:
     (7.5, 7.5)
     >>> [override_score(r) for r in ({"score": float("nan")}, {"score": "inf"}, {"score": -1}, {"score": True}, {}, 3)]
     [None, None, None, None, None, None]
+    >>> override_score({"score": 10 ** 400})  # an integer no float holds
     """
     if not isinstance(rec, dict) or isinstance(rec.get("score"), bool):
         return None
     try:
         x = float(rec["score"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
     return x if is_threshold(x) else None
 
