@@ -221,8 +221,13 @@ class KDSM(BaseEstimator):
         self._set_training_scores(X)
         return self
 
-    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None, engine=None) -> KDSM:
+    def fit_source(self, source: ParquetSource, progress: bool = False, on_phase=None, engine=None,
+                   features: FittedFeatures | None = None) -> KDSM:
         """Fit from Parquet: scaler and sigmas stream over record batches; the network trains on a sample.
+
+        ``features``: for a source of columns a fitted feature spec already encoded (the archive a retraining reads),
+        that spec; the model keeps it as ``fit``'s ``features`` does, and, like there, the scaler sets its category
+        columns apart from the start (an unseen category stands far off). Default: the source's own encoder, if any.
 
         The calibration holdout is drawn before any statistic, so its rows
         never shape the scaler, the sigmas or the network. ``engine``
@@ -234,7 +239,11 @@ class KDSM(BaseEstimator):
         """
         phase = on_phase or (lambda text: None)
         self._reset()
-        self.features_ = source.encoder
+        if features is not None and list(features.columns) != list(source.features):
+            raise ValueError(f"the feature spec encodes {len(features.columns)} column(s) "
+                             f"({', '.join(features.columns[:5])}...); the source reads {len(source.features)}: "
+                             f"not the columns it made")
+        self.features_ = features if features is not None else source.encoder
         engine = engine or LocalEngine()
         d = len(source.features)
         holdout = self._holdout_mask_fn()

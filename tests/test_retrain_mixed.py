@@ -50,3 +50,11 @@ def test_retrain_of_a_spec_model_keeps_its_spec_and_schema(tmp_path, redis_url, 
     event = {"amount": 20.0, "merchant_category": "grocery", "card_present": True, "geo": {"country": "DE", "distance_km": 1.0}}
     assert np.isfinite(new.decision_function(new.features_.encode_records([event]).X)).all()
     assert Path(reg.store.local_path(res.version), "metadata.json").read_text().count('"feature_spec"') == 1
+    # The spec's category columns are scaled as categories in the retrained model too: a column that never left its
+    # value in the window (no event of the archive had an unseen category) stands 1/sqrt(n) wide, not 1, so an event
+    # with a category never seen still reaches critical (the spec was set after the fit: it scored below warning).
+    j = new.feature_names_.index("merchant_category=<unseen>")
+    assert not X[:, j].any()
+    assert new.scaler_.std_[j] < 0.1 and cur.scaler_.std_[j] < 0.1
+    unseen = {**event, "merchant_category": "NEVER-SEEN"}
+    assert new.severity(new.decision_function(new.features_.encode_records([unseen]).X))[0] == "critical"

@@ -449,15 +449,16 @@ def _run_locked(settings, registry: ModelRegistry, trigger: str, now, lock: Retr
     try:
         dc = settings.data  # data.engine: the statistics passes in this process, or on a Dask cluster
         with make_engine(dc.engine, dc.scheduler, dc.workers) as engine:
+            # The archive holds the encoded columns the current spec made: the new model keeps that spec (its
+            # medians, modes and vocabularies), so it reads the same events and has the same schema hash; given to
+            # the fit, not set after it, so the scaler keeps its category columns apart (an unseen category stands
+            # far off: a window where a category column never leaves its value would otherwise scale it as noise).
+            spec = current.features_ if current is not None else None
             det = KDSM.from_settings(settings).fit_source(
                 _source(window["files"], features), on_phase=lambda text: log.info({"event": "retrain_phase", "phase": text}),
-                engine=engine)
+                engine=engine, features=spec)
     except Exception as e:  # noqa: BLE001 - a training failure keeps the current model
         return RetrainResult("failed", reason=f"training failed: {type(e).__name__}: {e}", details=details)
-    if current is not None and current.features_ is not None:
-        # The archive holds the encoded columns the current spec made: the new model keeps that spec (its medians,
-        # modes and vocabularies), so it reads the same events and has the same schema hash.
-        det.features_ = current.features_
     details["train"] = {k: v for k, v in det.train_summary_.to_dict().items() if k != "loss_curve"}
     tmp = Path(tempfile.mkdtemp(prefix="kdsm-retrain-"))
     try:
