@@ -20,11 +20,26 @@ import numpy as np
 
 @dataclass
 class Calibration:
-    """Sorted calibration scores and named severity thresholds (quantiles of them)."""
+    """Sorted calibration scores and named severity thresholds (quantiles of them).
+
+    ``thresholds`` and ``quantiles`` are kept mildest first (by quantile), whatever order they were given or stored in
+    (an artifact's JSON sorts its keys: critical before warning): two severities whose thresholds are equal (repeated
+    top calibration scores, or an operator's override) are then ranked by quantile, by ``severity_of`` and by the
+    streamers' order check, not by name.
+
+    >>> tied = Calibration.fit(np.ones(10), {"critical": 0.999, "warning": 0.99})
+    >>> list(tied.thresholds), tied.severity(np.array([1.0])).tolist()
+    (['warning', 'critical'], ['critical'])
+    """
 
     scores: np.ndarray  # sorted ascending
     quantiles: dict[str, float]
     thresholds: dict[str, float]
+
+    def __post_init__(self) -> None:
+        order = sorted(self.quantiles, key=lambda name: self.quantiles[name])  # stable: equal quantiles keep theirs
+        self.quantiles = {name: self.quantiles[name] for name in order}
+        self.thresholds = {name: self.thresholds[name] for name in order if name in self.thresholds}
 
     @classmethod
     def fit(cls, scores: np.ndarray, severities: dict[str, float]) -> Calibration:
@@ -66,7 +81,7 @@ class Calibration:
         if any((quantiles[a] < quantiles[b] and thresholds[a] > thresholds[b])
                or (quantiles[a] == quantiles[b] and thresholds[a] != thresholds[b]) for a in quantiles for b in quantiles):
             raise ValueError(f"thresholds {thresholds} are not ordered like their quantiles {quantiles}")
-        return cls(s, dict(meta["quantiles"]), thresholds)
+        return cls(s, quantiles, thresholds)
 
     def threshold_for_quantile(self, q: float) -> float:
         return float(np.quantile(self.scores, q))
@@ -87,7 +102,14 @@ class Calibration:
 
 
 def severity_of(scores: np.ndarray, thresholds: dict[str, float]) -> np.ndarray:
-    """Vectorised: the highest named threshold each score reaches, '' when none."""
+    """Vectorised: the highest named threshold each score reaches, '' when none.
+
+    Of two equal thresholds the one later in ``thresholds`` wins: give them mildest first, as ``Calibration`` keeps
+    them (and ``effective_thresholds`` keeps the artifact's order).
+
+    >>> severity_of(np.array([0.5, 2.0, 3.0]), {"warning": 2.0, "critical": 2.0}).tolist()
+    ['', 'critical', 'critical']
+    """
     scores = np.asarray(scores, dtype=np.float64)
     out = np.full(scores.shape, "", dtype=object)
     for name, t in sorted(thresholds.items(), key=lambda kv: kv[1]):

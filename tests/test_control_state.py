@@ -162,6 +162,24 @@ def test_a_threshold_record_that_is_not_utf8_does_not_stop_a_streamer(redis_clie
     assert sorted(e["severity"] for e in seen.events if e.get("event") == "bad_threshold_record") == ["critical", "warning"]
 
 
+def test_a_warning_set_equal_to_the_critical_labels_critical_events_critical(redis_client, redis_url, prefix, config,
+                                                                             tiny_model_dir, model):
+    """The artifact's JSON sorts its keys (critical before warning), and a tie went to the name sorted last: with
+    warning set to critical's score every critical event alerted as a warning (and nothing paged on critical)."""
+    assert list(model.thresholds_) == ["warning", "critical"]  # mildest first, as loaded
+    critical = model.thresholds_["critical"]
+    assert kdsm(["thresholds", "set", "--model", str(tiny_model_dir), "--config", config, "--severity", "warning",
+                 "--score", repr(critical)]) == 0
+    live = LiveThresholds(redis_url, prefix=prefix).get(model)
+    assert live == {"warning": critical, "critical": critical}
+    assert model.severity([critical, 2 * critical, critical / 2], live).tolist() == ["critical", "critical", ""]
+    # Critical can still rise above the tied warning; it cannot go below it.
+    assert kdsm(["thresholds", "set", "--model", str(tiny_model_dir), "--config", config, "--severity", "critical",
+                 "--score", repr(critical * 2)]) == 0
+    assert kdsm(["thresholds", "set", "--model", str(tiny_model_dir), "--config", config, "--severity", "critical",
+                 "--score", repr(critical / 2)]) == 2
+
+
 def test_a_hand_written_set_out_of_order_is_refused_and_the_thresholds_in_force_kept(redis_client, redis_url, prefix,
                                                                                     model, logged):
     """``kdsm thresholds set`` refuses a warning above the critical; written by hand (redis-cli HSET) it was applied as

@@ -404,8 +404,16 @@ def check_order(artifact: dict[str, float], proposed: dict[str, float]) -> None:
 
 
 def order_violation(artifact: dict[str, float], proposed: dict[str, float]) -> tuple[str, str] | None:
-    """The first (milder, severer) pair of ``proposed`` out of the artifact's order, or None."""
-    order = sorted(artifact, key=lambda s: artifact[s])
+    """The first (milder, severer) pair of ``proposed`` out of the artifact's order, or None.
+
+    Two severities the artifact gives the same threshold keep the order of ``artifact``, mildest first as
+    ``Calibration`` keeps it (by quantile): raising critical above a tied warning is allowed, lowering it below is not.
+
+    >>> order_violation({"warning": 2.0, "critical": 2.0}, {"warning": 2.0, "critical": 3.0})
+    >>> order_violation({"warning": 2.0, "critical": 2.0}, {"warning": 3.0, "critical": 2.0})
+    ('warning', 'critical')
+    """
+    order = sorted(artifact, key=lambda s: artifact[s])  # stable: tied severities stay mildest first
     for milder, severer in zip(order, order[1:], strict=False):
         if proposed[severer] < proposed[milder]:
             return milder, severer
