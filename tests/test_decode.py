@@ -198,3 +198,17 @@ def test_a_field_name_used_twice_takes_the_reference_path():
     out = _same(values, d)
     assert out.X.tolist() == [[3.0, 2.0], [4.0, 2.5]] and out.ids == [3, 4]
     assert [(r.index, r.reason) for r in out.rejects] == [(1, "non_numeric_feature")]
+
+
+@pytest.mark.parametrize("names", [['temp "C"', "b"], ["path\\x", "b"], ["tab\there", "b"], ["a", "b"]],
+                         ids=["quote", "backslash", "control", "plain"])
+def test_a_feature_name_msgspec_cannot_rename_to_takes_the_reference_path(names):
+    """A Parquet column may be named so (a model trains, saves and loads with it); msgspec refused to build the typed
+    event (ValueError), which stopped the streamer at its first batch, at every restart. Custom id and ts fields too."""
+    for id_field, ts_field in (("id", "ts"), ('event "id"', "t\\s")):
+        d = Decoder(names, id_field=id_field, ts_field=ts_field)
+        values = [json.dumps({id_field: 1, names[0]: 1.5, names[1]: 2, ts_field: 5}).encode(),
+                  json.dumps({id_field: 2, names[1]: 2}).encode()]
+        out = _same(values, d)
+        assert out.X.tolist() == [[1.5, 2.0]] and out.ids == [1] and out.ts == [5]
+        assert [(r.index, r.reason) for r in out.rejects] == [(1, "missing_feature")]

@@ -154,13 +154,16 @@ def _quote(value) -> str:
 def event_decoder(features: list[str], id_field: str, ts_field: str, schema_field: str,
                   schema_hash: str | None) -> msgspec.json.Decoder | None:
     """A msgspec decoder of one event into typed fields (``id``, ``f0``.., ``ts``, ``schema``), or None where two
-    fields share a JSON name.
+    fields share a JSON name or a name is one msgspec cannot rename a field to (a ``"``, a ``\\`` or a control
+    character, as a Parquet column's name may hold): every event then takes the reference path.
 
     >>> dec = event_decoder(["a", "b"], "id", "ts", "schema", None)
     >>> e = dec.decode(b'{"id": "e1", "a": 1, "b": 2.5, "extra": [1]}')
     >>> e.id, e.f0, e.f1, e.ts
     ('e1', 1.0, 2.5, None)
     >>> event_decoder(["id"], "id", "ts", "schema", None) is None
+    True
+    >>> event_decoder(['temp "C"', "path\\\\x", "tab\\there"], "id", "ts", "schema", None) is None
     True
     """
     names = [id_field, ts_field, *features, *([schema_field] if schema_hash is not None else [])]
@@ -173,7 +176,10 @@ def event_decoder(features: list[str], id_field: str, ts_field: str, schema_fiel
         fields.append(("schema", object, msgspec.field(default=msgspec.UNSET, name=schema_field)))
     # gc=False: an event holds only decoded JSON values, never a cycle, so the collector need not track one
     # (200,000 tracked events a second would set off a young-generation collection every 700).
-    return msgspec.json.Decoder(msgspec.defstruct("Event", fields, gc=False))
+    try:
+        return msgspec.json.Decoder(msgspec.defstruct("Event", fields, gc=False))
+    except ValueError:  # "Renamed field names must not contain '\\', '"', or control characters"
+        return None
 
 
 @dataclass
@@ -234,7 +240,7 @@ class Decoder:
 
     def decode(self, values: list) -> Decoded:
         """The fast path; suspect events go through ``decode_reference`` and are merged back by position."""
-        if self._struct is None:  # a field name used twice: no typed event, every event on the reference path
+        if self._struct is None:  # a field name used twice or one msgspec refuses: every event on the reference path
             return self.decode_reference(values)
         evs = self._load_all(values)
         if None in evs:
