@@ -165,7 +165,7 @@ class KafkaConfig(Section):
     events_topic: str = Field("kdsm.events", description="topic the streamer consumes events from")
     alerts_topic: str = Field("kdsm.alerts", description="topic alerts are published to (key = alert_id)")
     deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
-    group_id: str = Field("kdsm-stream", description="consumer group; run N streamers with one group to scale out")
+    group_id: str = Field("kdsm-stream", min_length=1, description="consumer group; run N streamers with one group to scale out")
     client_id: str = Field("kdsm-stream", description="client id shown in broker logs")
     connect_timeout_s: float = Field(10.0, gt=0, description="give up reaching a broker after this long (a kdsm command then says Kafka is unreachable)")
     auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", description="where a group without committed offsets starts: earliest = the oldest retained event, latest = only events produced from then on")

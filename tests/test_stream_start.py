@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import (
     GroupAuthorizationFailedError,
+    InvalidSessionTimeoutError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
@@ -76,6 +77,36 @@ def test_a_kafka_error_later_in_the_start_is_one_line_and_every_client_is_closed
     assert isinstance(e.value, user_errors()) and "\n" not in msg, msg
     assert msg.startswith(f"Kafka at {kafka_bootstrap}: the streamer's start failed: [Error 30] "
                           "GroupAuthorizationFailedError"), msg
+    assert app.consumer._closed and app.producer._closed
+
+
+@pytest.mark.parametrize("error,hint", [(GroupAuthorizationFailedError, "ACLs"),
+                                        (InvalidSessionTimeoutError, "kafka.session_timeout_ms"),
+                                        (TopicAuthorizationFailedError, "ACLs")])
+def test_what_the_broker_refuses_at_the_first_poll_is_one_line(kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                                monkeypatch, error, hint):
+    """At least once, nothing before the first poll asks the group coordinator: a group ACL, a session timeout outside
+    the broker's bounds first surface in the loop's poll, which logged "crashed" with a traceback (exit 1)."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    create_topics(s)
+
+    def refused(self, *args, **kwargs):
+        raise error()
+
+    monkeypatch.setattr(KafkaConsumer, "poll", refused)  # what kafka-python raises when the broker answers so
+    events, log = _Events(), logging.getLogger("kdsm.stream")
+    log.addHandler(events)
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    try:
+        with pytest.raises(KafkaStartError) as e:
+            app.run()
+    finally:
+        log.removeHandler(events)
+    msg = str(e.value)
+    assert isinstance(e.value, user_errors()) and "\n" not in msg and error.__name__ in msg and hint in msg, msg
+    assert msg.startswith(f"Kafka at {kafka_bootstrap}: consuming {s.kafka.events_topic} in group {s.kafka.group_id} "
+                          "failed"), msg
+    assert "crashed" not in [ev.get("event") for ev in events.events]
     assert app.consumer._closed and app.producer._closed
 
 

@@ -19,7 +19,10 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import (
     AuthorizationError,
+    GroupMaxSizeReachedError,
     IllegalSaslStateError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
     KafkaConfigurationError,
     KafkaError,
     KafkaTimeoutError,
@@ -48,6 +51,11 @@ def describe(e: BaseException) -> str:
 def _settings_hint(e: BaseException) -> str:
     if isinstance(e, AuthorizationError):
         return " (the broker's ACLs refuse it to this client's principal: kafka.sasl_username)"
+    if isinstance(e, InvalidSessionTimeoutError):
+        return (" (kafka.session_timeout_ms: outside the broker's group.min.session.timeout.ms and "
+                "group.max.session.timeout.ms, by default 6000 and 1800000)")
+    if isinstance(e, (InvalidGroupIdError, GroupMaxSizeReachedError)):
+        return " (kafka.group_id)"
     return f" ({_SECURITY_KEYS})" if isinstance(e, _SECURITY) else ""
 
 
