@@ -128,3 +128,21 @@ def test_topics_the_cluster_will_not_list_are_logged_and_the_start_goes_on(kafka
         log.removeHandler(events)
     assert [e["event"] for e in events.events] == ["topic_admin_unavailable"]
     assert "TopicAuthorizationFailedError" in events.events[0]["error"]
+
+
+def test_topics_are_created_with_the_brokers_replication_factor(kafka_bootstrap, redis_url, unique):
+    """Created with replication 1 until 2026-12-02: on a cluster with min.insync.replicas 2 every acks=all send to
+    them was refused. -1 (the default) asks for the broker's default.replication.factor, one partition as before."""
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    assert s.kafka.topic_replication == -1
+    topic = f"replicated-{unique}"
+    assert ensure_topics(s.kafka, [topic]) == [topic]
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    try:
+        (described,) = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    assert described["error_code"] == 0 and len(described["partitions"]) == 1
+    assert described["partitions"][0]["replica_nodes"]  # the broker's default: this single broker
+    with pytest.raises(ValueError, match="replication factor"):
+        type(s.kafka)(topic_replication=0)

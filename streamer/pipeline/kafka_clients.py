@@ -282,10 +282,11 @@ def make_transactional_producer(k) -> KafkaProducer:
     return p
 
 
-def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 1) -> list[str]:
+def ensure_topics(k, topics: list[str], partitions: int = 1) -> list[str]:
     """Create the topics that do not exist yet; returns those created. Failures are logged, not raised
     (a production cluster may forbid topic creation, or describing topics, and have them already); an unreachable
-    broker raises ``KafkaUnavailable``."""
+    broker raises ``KafkaUnavailable``. Replicated ``kafka.topic_replication`` times (-1: the broker's default; it was
+    always 1, and a cluster with min.insync.replicas 2 then refused every acks=all send to the topics it made)."""
     created = []
     try:
         admin = _reach(k, lambda: KafkaAdminClient(client_id=k.client_id, **client_kwargs(k)), "starting an admin client")
@@ -302,7 +303,7 @@ def ensure_topics(k, topics: list[str], partitions: int = 1, replication: int = 
             if t in existing:
                 continue
             try:
-                admin.create_topics([NewTopic(t, partitions, replication)])
+                admin.create_topics([NewTopic(t, partitions, k.topic_replication)])
                 created.append(t)
             except TopicAlreadyExistsError:
                 pass
