@@ -92,7 +92,7 @@ def test_a_torn_write_loses_that_batch_only(tmp_path, monkeypatch):
 
     def open_spool(path, mode="r", *args, **kwargs):
         f = open(path, mode, *args, **kwargs)
-        if str(path).endswith(".arrows") and "w" in mode:
+        if str(path).endswith(f".arrows{archive.OPENING}") and "w" in mode:  # a spool, opened under its opening name
             spools.append(f := TornWrites(f))
         return f
 
@@ -169,6 +169,39 @@ def test_crash_recovery_and_live_spool_untouched(tmp_path):
     assert not list((tmp_path / SPOOL).glob("*.arrows"))
     b.close()
     c.close()
+
+
+def test_a_recover_while_a_spool_is_being_opened_leaves_it_alone(tmp_path, monkeypatch):
+    """A spool was opened under its own name and locked a step later: a recover() between the two (the background
+    thread's, or another streamer's on the same directory) unlinked the empty unlocked file as a dead streamer's, and
+    every committed row written to it afterwards was lost with no log line."""
+    cfg = ArchiveConfig(dir=str(tmp_path), fsync=False)
+    sink = ArchiveSink(cfg, background=False)
+    other = ArchiveSink(cfg, background=False)
+    real_flock, ran = archive.fcntl.flock, []
+
+    def flock_after_a_recover(fd, op):
+        if not ran:
+            ran.append(other.recover())
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(archive.fcntl, "flock", flock_after_a_recover)
+    sink.on_committed(example_batch(5))
+    monkeypatch.setattr(archive.fcntl, "flock", real_flock)
+    sink.on_committed(example_batch(5, offset0=5))
+    sink.close()
+    other.close()
+    assert ran == [[]]
+    (closed,) = closed_files(tmp_path)
+    assert sorted(pq.read_table(closed).column("kdsm_offset").to_pylist()) == list(range(10))
+    # What a crash between the open and the rename leaves (an empty file under the opening name) goes once it is old.
+    stale = tmp_path / SPOOL / f"20250101T000000Z-abc.arrows{archive.OPENING}"
+    stale.write_bytes(b"")
+    ArchiveSink(cfg, background=False).close()
+    assert stale.exists()
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+    ArchiveSink(cfg, background=False).close()
+    assert not stale.exists()
 
 
 def test_retention_by_bytes_and_age(tmp_path):

@@ -88,6 +88,7 @@ META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schem
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
 RESERVED = {"id", "ts", *META_COLUMNS}
 SPOOL = "_spool"
+OPENING = ".opening"  # a spool's suffix until it is locked (recover() reads only *.arrows)
 RETRY_S = 30.0  # how often the roll thread retries publishing spools whose conversion failed
 
 
@@ -194,8 +195,13 @@ class _Spool:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.id = uuid.uuid4().hex[:12]
         self.path = self.dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{self.id}.arrows"
-        self.f = open(self.path, "wb", buffering=0)  # unbuffered: tell() is what the disk holds, so a torn write can be cut
+        # Opened and locked under a name recover() does not read, then renamed: under its own name the spool is
+        # always locked. Opened there, a recover() between the open and the lock (the tick thread's, or another
+        # streamer's on the same directory) took the empty unlocked file for a dead one and unlinked it.
+        opening = self.path.with_name(self.path.name + OPENING)
+        self.f = open(opening, "wb", buffering=0)  # unbuffered: tell() is what the disk holds, so a torn write can be cut
         fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(opening, self.path)
         self.writer = ipc.new_stream(self.f, schema)
         self.schema, self.opened, self.fsync, self.rows = schema, opened, fsync, 0
         self.date = time.strftime("%Y-%m-%d", time.gmtime(opened))
@@ -384,6 +390,9 @@ class ArchiveSink:
     def recover(self) -> list[Path]:
         """Turn spools left by dead streamers (no flock held) into closed files."""
         out = []
+        for path in (self.spool_root / SPOOL).glob(f"*.arrows{OPENING}"):  # a crash between open and rename: empty
+            if time.time() - _mtime(path) > 60:  # not one being opened now (wall time, as the mtime is)
+                path.unlink(missing_ok=True)
         for path in sorted((self.spool_root / SPOOL).glob("*.arrows")):
             try:
                 f = open(path, "rb")
