@@ -60,7 +60,7 @@ def build_sinks(settings, provider, metrics=None) -> list:
             return make_producer(settings.kafka)
 
         sinks.append(DriftSink(settings.drift, redis=redis_client(settings.redis), keys=Keys(settings.redis.key_prefix),
-                               producer_factory=producer, calibrated_rate=rate, metrics=metrics))
+                               producer_factory=producer, calibrated_rate=rate, metrics=metrics, background=True))
     return sinks
 
 

@@ -85,7 +85,8 @@ def test_calibrated_rate_from_the_model(tiny_model_dir):
 
 
 @pytest.mark.integration
-def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_bootstrap, unique):
+@pytest.mark.parametrize("background", [False, True], ids=["inline", "background"])
+def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_bootstrap, unique, background):
     from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.structs import TopicPartition
@@ -101,10 +102,12 @@ def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_boot
     shifted = np.concatenate([rng.gamma(2, 1, 4000), rng.gamma(2, 1, 4000) * 1.6])
     # Two streamers see the same shift: one event, one retrain request for the fleet.
     sinks = [DriftSink(cfg(kafka_topic=topic), redis=redis_client, keys=keys, producer=producer, instance=f"s{i}",
-                       metrics=metrics)
+                       metrics=metrics, background=background)
              for i in range(2)]
-    published = [feed(s, shifted) for s in sinks]
-    assert sorted(len(p) for p in published) == [0, 1]
+    for s in sinks:
+        feed(s, shifted)
+        s.flush()
+    assert sorted(len(s.events) for s in sinks) == [0, 1]
     drift = redis_client.xrange(keys.drift)
     requests = redis_client.xrange(keys.requests)
     assert len(drift) == 1 and len(requests) == 1
@@ -119,3 +122,33 @@ def test_publish_to_redis_and_kafka_with_fleet_cooldown(redis_client, kafka_boot
     assert [g["id"] for g in got] == [event["id"]]
     assert metrics.value("kdsm_drift_events_total", detector="adwin", signal="alert_rate") == 1
     assert metrics.value("kdsm_drift_suppressed_total", scope="fleet") >= 1
+
+
+def test_a_redis_that_does_not_answer_never_holds_the_scoring_thread():
+    """The sink runs on the scoring thread; its cooldown key and its publication waited out the control plane's
+    timeout for each command there (6 s a confirmation, against a Redis that takes connections and does not answer).
+    A streamer's sink (``background``) hands the event to its own thread; close() still publishes what it was given."""
+    import socket
+    import threading
+    import time
+
+    from streamer.config import RedisConfig
+    from streamer.lifecycle.control import redis_client
+
+    server, held = socket.socket(), []
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    threading.Thread(target=lambda: held.extend(server.accept() for _ in range(16)), daemon=True).start()
+    silent = redis_client(RedisConfig(url=f"redis://127.0.0.1:{server.getsockname()[1]}/0", command_timeout_s=1.0))
+    metrics = LifecycleMetrics()
+    sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50),
+                     redis=silent, keys=Keys("kdsm:"), metrics=metrics, background=True)
+    b = example_batch(60)
+    b.severities = np.array(["warning"] * 60)
+    t = time.monotonic()
+    assert sink.on_committed(b)["statistics"]["signal"] == "alert_rate"
+    assert time.monotonic() - t < 0.5
+    sink.close()  # the cooldown key's timeout (Redis down: the local cooldown only), then the publication's
+    assert [e["statistics"]["signal"] for e in sink.events] == ["alert_rate"]
+    assert metrics.value("kdsm_drift_publish_errors_total", target="redis") == 1
+    server.close()

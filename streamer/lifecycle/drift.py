@@ -23,7 +23,10 @@ model has a new score distribution) and starts a new warm-up.
 
 A drift event goes to the Redis stream ``<prefix>drift:events``, to the
 Kafka topic ``drift.kafka_topic`` and, with ``drift.request_retrain``, to the
-retrain request stream that ``kdsm retrain --watch`` consumes.
+retrain request stream that ``kdsm retrain --watch`` consumes. In a streamer
+(``background=True``) the fleet cooldown and the publication run on a thread
+of their own: the sink is called on the scoring thread, and a Redis that takes
+connections but does not answer held it there for each command's timeout.
 
 >>> from streamer.lifecycle.config import DriftConfig
 >>> from streamer.lifecycle.archive import example_batch
@@ -39,7 +42,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import queue
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -107,13 +112,14 @@ class _Moments:
 
 
 class DriftSink:
-    """Streamer sink: ``on_committed(batch)`` updates the detectors; returns the drift event when one is published."""
+    """Streamer sink: ``on_committed(batch)`` updates the detectors; returns the drift event when one is published
+    (``background``: when one is handed to the publishing thread, which may still find the fleet's cooldown on)."""
 
     name = "drift"
 
     def __init__(self, cfg: DriftConfig, *, redis=None, keys: Keys | None = None, producer=None, producer_factory=None,
                  calibrated_rate: Callable[[str, dict], float | None] | None = None, clock=time.time,
-                 instance: str | None = None, metrics: LifecycleMetrics | None = None):
+                 instance: str | None = None, metrics: LifecycleMetrics | None = None, background: bool = False):
         self.cfg = cfg
         self.metrics = metrics or LifecycleMetrics()
         self.redis = redis
@@ -125,9 +131,14 @@ class DriftSink:
         self.instance = instance or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.cooldown_until = 0.0
         self._said_never_expires = False
-        self.events: list[dict] = []
+        self.events: list[dict] = []  # the events published
         self.version: str | None = None
         self.reset()
+        self._outbox: queue.Queue | None = None
+        if background:
+            self._outbox = queue.Queue()
+            self._publisher = threading.Thread(target=self._publish_loop, name="kdsm-drift", daemon=True)
+            self._publisher.start()
 
     def reset(self, version: str | None = None) -> None:
         self.version = version
@@ -230,6 +241,20 @@ class DriftSink:
             self.metrics.drift_suppressed.labels("local").inc()
             return None
         self.cooldown_until = now + self.cfg.cooldown_s
+        event = {"id": uuid.uuid4().hex, "event": "drift", "detector": self.cfg.detector,
+                 "model_version": batch.model_version, "schema_hash": batch.schema_hash,
+                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "epoch": now, "instance": self.instance,
+                 "statistics": {"signal": signal, "events_since_reset": self.n, "detector_fires": self.fires,
+                                **_detector_stats(self.detector), **self.last_test, **self.last_rate,
+                                "recent_mean_score": float(np.mean(batch.scores))}}
+        self._restart_detector()  # published or not (the fleet's cooldown), the next drift is a new regime's
+        if self._outbox is not None:
+            self._outbox.put(event)
+            return event
+        return self._announce(event)
+
+    def _announce(self, event: dict) -> dict | None:
+        """The fleet's cooldown (Redis ``SET NX PX``), then the publication; the event, or None when suppressed."""
         if self.redis is not None and self.cfg.cooldown_s > 0:
             try:
                 ok = self.redis.set(self.keys.drift_cooldown, self.instance, nx=True, px=int(self.cfg.cooldown_s * 1000))
@@ -240,23 +265,31 @@ class DriftSink:
                 ok = True  # not a cooldown: it would silence drift, and the retrains it asks for, for ever
             if not ok:
                 self.metrics.drift_suppressed.labels("fleet").inc()
-                log.info({"event": "drift_suppressed", "scope": "fleet", "version": batch.model_version,
+                log.info({"event": "drift_suppressed", "scope": "fleet", "version": event["model_version"],
                           "why": "another streamer already reported it (fleet cooldown)"})
-                self._restart_detector()
                 return None
-        event = {"id": uuid.uuid4().hex, "event": "drift", "detector": self.cfg.detector,
-                 "model_version": batch.model_version, "schema_hash": batch.schema_hash,
-                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "epoch": now, "instance": self.instance,
-                 "statistics": {"signal": signal, "events_since_reset": self.n, "detector_fires": self.fires,
-                                **_detector_stats(self.detector), **self.last_test, **self.last_rate,
-                                "recent_mean_score": float(np.mean(batch.scores))}}
         self._publish(event)
+        signal = event["statistics"]["signal"]
         self.metrics.drift_events.labels(self.cfg.detector, signal).inc()
-        log.warning({"event": "drift_detected", "version": batch.model_version, "signal": signal,
+        log.warning({"event": "drift_detected", "version": event["model_version"], "signal": signal,
                      "statistics": event["statistics"]})
         self.events.append(event)
-        self._restart_detector()
         return event
+
+    def _publish_loop(self) -> None:
+        while (event := self._outbox.get()) is not None:
+            try:
+                self._announce(event)
+            except Exception:  # noqa: BLE001 - the thread serves every later event too
+                log.exception({"event": "drift_publish_failed", "target": "announce"})
+            finally:
+                self._outbox.task_done()
+        self._outbox.task_done()
+
+    def flush(self) -> None:
+        """Wait until every event handed to the publishing thread is published (or suppressed)."""
+        if self._outbox is not None:
+            self._outbox.join()
 
     def _cooldown_never_expires(self) -> bool:
         """The fleet cooldown key exists without an expiry: written by hand, not by a streamer (``SET NX PX``).
@@ -277,6 +310,9 @@ class DriftSink:
         self.n = max(n, self.cfg.warmup_events)
 
     def close(self) -> None:
+        if self._outbox is not None and self._publisher.is_alive():  # what was handed over is published first
+            self._outbox.put(None)
+            self._publisher.join()
         if self.producer_factory is not None and self.producer is not None:
             self.producer.close(timeout=5)  # only a producer this sink built
 
