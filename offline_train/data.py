@@ -399,15 +399,28 @@ def write_parquet(path: str | os.PathLike, X: np.ndarray, feature_names: list[st
 
 
 def load_npz(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """An ADBench ``.npz`` (keys X, y; 1 = anomaly) as float64 X and int y. No pickle."""
+    """An ADBench ``.npz`` (keys X, y; 1 = anomaly) as float64 X and int y. No pickle.
+
+    Refused (``DataError``): a value of X that is not finite (the scaler's exact sums raised OverflowError at an inf,
+    which stopped a whole bench run) and a label other than 0 or 1 (cast to int, 0.7 became 0 and NaN -2**63).
+    """
     try:
         with np.load(path, allow_pickle=False) as d:
-            X, y = d["X"].astype(np.float64), d["y"].astype(np.int64).ravel()
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+            X, y = d["X"].astype(np.float64), d["y"].astype(np.float64).ravel()
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as e:
         raise DataError(f"cannot read {path} as an ADBench .npz (keys X, y): {e}") from None
     if X.ndim != 2 or len(X) != len(y):
         raise DataError(f"{path}: X must be 2-D with one label in y per row, got X {X.shape} and y {y.shape}")
-    return X, y
+    bad = ~np.isfinite(X)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise DataError(f"{path}: X holds {int(bad.sum())} value(s) that are not finite (the first: X[{i}, {j}] = "
+                        f"{X[i, j]})")
+    labels = ~np.isin(y, (0.0, 1.0))
+    if labels.any():
+        raise DataError(f"{path}: y must be 0 (normal) or 1 (anomaly); {int(labels.sum())} label(s) are not "
+                        f"(the first: y[{int(np.argmax(labels))}] = {y[labels][0]})")
+    return X, y.astype(np.int64)
 
 
 def npz_to_parquet(npz: str | os.PathLike, out: str | os.PathLike) -> Path:

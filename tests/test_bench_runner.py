@@ -186,10 +186,15 @@ def test_unusable_files_fail_their_rows_and_bad_options_are_one_line(data_dir, t
     np.savez(data_dir / "4_flat.npz", X=np.zeros(50), y=np.zeros(50, int))  # X is 1-D (an IndexError killed the grid)
     np.savez(data_dir / "5_short_y.npz", X=np.zeros((100, 2)), y=np.zeros(50, int))  # was scored on 50 rows, "ok"
     (data_dir / "6_bad_zip.npz").write_bytes(b"PK\x03\x04" + b"\x00" * 40)  # zipfile.BadZipFile killed the grid
+    X, y = np.random.default_rng(0).normal(size=(100, 2)), np.r_[np.zeros(90, int), np.ones(10, int)]
+    X[7, 0] = np.inf
+    np.savez(data_dir / "7_inf.npz", X=X, y=y)  # the scaler's OverflowError killed the grid (no report, no rows)
+    np.savez(data_dir / "8_soft_y.npz", X=np.ones((100, 1)), y=np.r_[np.zeros(90), np.full(10, 0.7)])  # cast to 0: "ok"
     rows = run_bench(BenchSpec(data_dir, tmp_path / "o", methods=("knn",)), TrainSettings(), progress=False)
     failed = {r["dataset"]: r["error"] for r in rows if r["status"] == "failed"}
-    assert set(failed) == {"3_broken", "4_flat", "5_short_y", "6_bad_zip"}
+    assert set(failed) == {"3_broken", "4_flat", "5_short_y", "6_bad_zip", "7_inf", "8_soft_y"}
     assert "(50,)" in failed["4_flat"] and "(100, 2)" in failed["5_short_y"]
+    assert "X[7, 0] = inf" in failed["7_inf"] and "y[90] = 0.7" in failed["8_soft_y"]
     assert {r["dataset"] for r in rows if r["status"] == "ok"} == {"1_blobs", "2_other"}
 
     def bench(*args) -> str:

@@ -207,7 +207,7 @@ def run_unit(unit: Unit, settings, base: dict) -> dict:
     row = unit.row(base)
     try:
         X, split, scaler = _prepared(unit.path, unit.setting, unit.split, unit.seed, settings.data.scale_discrete)
-    except (DataError, ValueError) as e:  # unreadable file, SplitError, or data the scaler cannot use
+    except (DataError, ValueError, ArithmeticError) as e:  # unreadable file, SplitError, data the scaler cannot use
         return {**row, "status": "failed", "error": str(e)}
     row.update(n_rows=split.n_rows, n_train=len(split.train_idx), n_test=len(split.test_idx),
                n_test_anomalies=int(split.y_test.sum()), d=X.shape[1])
