@@ -28,6 +28,7 @@ from .data import (
 )
 from .detector import KDSM
 from .engine import make_engine
+from .features import float_values
 from .report import write_report
 
 
@@ -240,8 +241,9 @@ def score_job(model, data, out, batch_rows: int = 65536, log=print) -> dict:
             raise DataError(f"cannot write {out}: {e}") from None
         while (rb := _next_batch(batches)) is not None:
             if enc is None:
-                X = np.column_stack([np.asarray(rb.column(f).cast(pa.float64()).to_numpy(zero_copy_only=False), float)
-                                     for f in det.feature_names_])
+                # As training read them (an int past 2**53 has no exact float: Arrow's safe cast refused it; a
+                # decimal through its text, correctly rounded)
+                X = np.column_stack([float_values(rb.column(f)) for f in det.feature_names_])
                 ok = np.isfinite(X).all(axis=1)
             else:  # the same encoder the streamer applies; a row it cannot read is invalid
                 encoded = enc.encode_arrow(rb)

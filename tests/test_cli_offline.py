@@ -391,3 +391,43 @@ def test_score_failing_midway_leaves_the_old_out_untouched(tiny_model_dir, small
     monkeypatch.setattr(job, "_next_batch", real)
     assert job.score_job(tiny_model_dir, small_parquet, out, batch_rows=100, log=lambda _: None)["rows"] == 515
     assert pq.read_table(out).num_rows == 515
+
+
+def test_feature_names_matplotlib_reads_as_maths_and_big_integers_train_and_score(tmp_path, tiny_config, capsys):
+    """A column named with two ``$`` raised matplotlib's mathtext error while the report was drawn, after training,
+    and the model was never written (a traceback, exit 1). An int64 column past 2**53 (nanosecond timestamps) trained,
+    and ``kdsm score`` refused the same file with Arrow's safe cast (a traceback): it now reads it as training did."""
+    rng = np.random.default_rng(3)
+    n = 300
+    table = pa.table({"cost_$_per_$_unit": rng.normal(size=n), "$x$": rng.normal(size=n),
+                      "nanos": pa.array(1_700_000_000_000_000_000 + rng.integers(0, 10**12, n), pa.int64())})
+    data = tmp_path / "dollars.parquet"
+    pq.write_table(table, data)
+    out = tmp_path / "model"
+    assert main(["train", "--data", str(data), "--out", str(out), "--config", str(tiny_config), "--quiet"]) == 0
+    capsys.readouterr()
+    report = json.loads((out / "report" / "report.json").read_text())
+    assert "plots_failed" not in report and (out / "report" / "sigmas.png").stat().st_size > 1000
+    assert KDSM.load(out).feature_names_ == ["cost_$_per_$_unit", "$x$", "nanos"]
+    scored = tmp_path / "scored.parquet"
+    assert main(["score", "--model", str(out), "--data", str(data), "--out", str(scored)]) == 0
+    t = pq.read_table(scored)
+    assert t.num_rows == n and t.column("score").null_count == 0
+    # The same scores as the model gives the rows training read.
+    X = np.column_stack([table.column(c).to_numpy().astype(np.float64) for c in table.column_names])
+    assert np.allclose(t.column("score").to_numpy(), KDSM.load(out).decision_function(X))
+
+
+def test_a_plot_that_fails_is_left_out_and_the_model_is_written(small_parquet, tiny_config, tmp_path, monkeypatch, capsys):
+    from offline_train import report
+
+    def broken(det):
+        raise RuntimeError("no font")
+
+    monkeypatch.setattr(report, "_loss", broken)
+    out = tmp_path / "model"
+    assert main(["train", "--data", str(small_parquet), "--out", str(out), "--config", str(tiny_config), "--quiet"]) == 0
+    written = json.loads((out / "report" / "report.json").read_text())
+    assert written["plots_failed"] == {"loss": "RuntimeError: no font"}
+    assert not (out / "report" / "loss.png").exists() and (out / "report" / "sigmas.png").exists()
+    assert KDSM.load(out).n_features_in_ == 6
