@@ -49,6 +49,16 @@ def alert_headers(headers, names) -> list[tuple[str, bytes]]:
     return bounded_headers([(n, v) for n, v in headers if n in names], ALERT_HEADER_BYTES)[0]
 
 
+def utc_ms(now_ms: int) -> str:
+    """A time in ms as ISO 8601 UTC with milliseconds, from one clock read (two, the seconds and then the milliseconds,
+    could straddle a second: 23:59:59 with the next second's .000 read almost a second early).
+
+    >>> utc_ms(1_767_225_599_999), utc_ms(1_767_225_600_000)
+    ('2025-12-31T23:59:59.999Z', '2026-01-01T00:00:00.000Z')
+    """
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms // 1000)) + f".{now_ms % 1000:03d}Z"
+
+
 def alert_id(topic: str, partition: int, offset: int, model_version: str) -> str:
     return hashlib.sha256(f"{topic}\x00{partition}\x00{offset}\x00{model_version}".encode()).hexdigest()[:32]
 
@@ -57,7 +67,7 @@ def build_alerts(batch: RecordBatch, dec: Decoded, res: ScoreResult, model, thre
     """(key, value) pairs, one per alert row, JSON as documented in docs/streaming.md."""
     if not len(res.alert_rows):
         return []
-    scored_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    scored_at = utc_ms(time.time_ns() // 1_000_000)
     names = model.feature_names_
     ex = res.explanation
     version, schema = model.version_, model.schema_hash_
