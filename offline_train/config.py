@@ -56,13 +56,13 @@ class DataConfig(Section):
     id_column: str = Field("id", description="Parquet column holding the row id (kept out of the features)")
     timestamp_column: str = Field("ts", description="Parquet column holding the event time (kept out of the features)")
     label_column: str | None = Field("label", description="used only for the report's AUC-PR/AUC-ROC, never for training")
-    batch_rows: int = Field(65536, gt=0, description="Parquet record-batch size while streaming")
+    batch_rows: int = Field(65536, gt=0, le=2**24, description="Parquet record-batch size while streaming (at most 2**24 = 16777216 rows: one batch is held in memory whole)")
     max_train_rows: int = Field(200_000, ge=2, description="cap on rows held in memory for SGD (uniform sample); at least 2")
     max_skipped_fraction: float = Field(0.25, ge=0, le=1, description="fail training when more than this fraction of the rows has a missing or non-finite feature (such rows are skipped)")
     scale_discrete: bool = Field(False, description="standardise {0,1}/{-1,0,1} columns too (reference code: no)")
     engine: Literal["local", "dask"] = Field("local", description="where the statistics passes (moments, sigmas) run: local = this process, streaming record batches; dask = one task per partition on a Dask cluster")
     scheduler: str | None = Field(None, description="engine dask: the scheduler's address (tcp://host:8786); null = start a local cluster of data.workers processes for the job")
-    workers: int = Field(2, gt=0, description="engine dask without a scheduler: worker processes of the local cluster")
+    workers: int = Field(2, gt=0, le=256, description="engine dask without a scheduler: worker processes of the local cluster (at most 256; a larger cluster has its own scheduler)")
 
 
 class FeatureSpec(Section):
@@ -81,8 +81,8 @@ class FeatureSpec(Section):
     log1p: bool = Field(False, description="numeric only: sign(x) * log(1 + |x|), after clipping")
     clip: tuple[float | None, float | None] | None = Field(None, description="numeric only: [low, high] bounds applied before log1p (null = open)")
     encoding: Literal["auto", "onehot", "frequency", "hash"] = Field("auto", description="categorical only: auto = onehot up to max_categories training categories, else frequency")
-    max_categories: int = Field(20, ge=1, description="categorical: one-hot columns at most; rarer training categories share the <unseen> column")
-    hash_buckets: int = Field(32, ge=2, description="categorical, encoding hash: number of buckets (crc32 of the UTF-8 text)")
+    max_categories: int = Field(20, ge=1, le=4096, description="categorical: one-hot columns at most (at most 4096); rarer training categories share the <unseen> column")
+    hash_buckets: int = Field(32, ge=2, le=4096, description="categorical, encoding hash: number of buckets, one column each (crc32 of the UTF-8 text; at most 4096)")
 
     @property
     def keys(self) -> list[str]:
@@ -108,7 +108,7 @@ class SigmaConfig(Section):
     base: float = Field(0.5, gt=0, description="base noise scale sigma_0 in standardised units")
     c: float = Field(0.33, description="sigma_j = base * (1 + c * (kappa_j - 3)), then clipped (see clip)")
     trim: float = Field(0.02, ge=0, lt=0.5, description="fraction trimmed at each tail")
-    bins: int = Field(200, ge=2, description="equal-width histogram bins of the (rearranged) kurtosis estimate")
+    bins: int = Field(200, ge=2, le=10**6, description="equal-width histogram bins of the (rearranged) kurtosis estimate (at most 10**6: a count per bin and feature is held)")
     clip: Literal["code", "paper"] = Field("code", description="code = [0.1, 3.0], paper = [0.1, 2.0]")
     discrete_kappa: float = Field(1.8, description="kappa for binary/ternary/constant columns")
 
@@ -120,8 +120,8 @@ class SigmaConfig(Section):
 class ModelConfig(Section):
     """ResNet-MLP score network (DESIGN 3.3)."""
 
-    width: int | None = Field(None, gt=0, description="hidden width of the ResNet-MLP score network; null = train.profile's (fast 256, paper 512: the paper's network)")
-    depth: int | None = Field(None, ge=0, description="residual blocks of the score network; null = train.profile's (6 in both, as the paper)")
+    width: int | None = Field(None, gt=0, le=8192, description="hidden width of the ResNet-MLP score network (at most 8192); null = train.profile's (fast 256, paper 512: the paper's network)")
+    depth: int | None = Field(None, ge=0, le=128, description="residual blocks of the score network (at most 128); null = train.profile's (6 in both, as the paper)")
     dropout_hidden: float = Field(0.2, ge=0, lt=1, description="dropout after the ReLU inside each residual block")
     dropout_residual: float = Field(0.1, ge=0, lt=1, description="dropout after the second Linear of each block, before the skip add")
 
@@ -140,12 +140,12 @@ class RefineConfig(Section):
 
     enabled: bool = Field(True, description="warm start from an isolation forest's core, then refinement rounds; false = every row (the published method; better for history known to be clean)")
     start_keep: float = Field(0.5, gt=0, le=1, description="share of rows, least anomalous first by an isolation forest, the network learns from first")
-    rounds: int = Field(3, ge=0, description="refinement rounds (evenly spaced over the step budget): rescore every row, keep the normal-looking ones")
+    rounds: int = Field(3, ge=0, le=10**4, description="refinement rounds (evenly spaced over the step budget; at most 10**4, and one a step at most whatever the number): rescore every row, keep the normal-looking ones")
     keep: float | Literal["auto"] = Field("auto", description="share of rows each round trains on (lowest scores first); auto = 1 - the isolation forest's contamination estimate")
     max_drop: float = Field(0.5, ge=0, lt=1, description="auto: never leave out more than this share of rows")
     threshold: float = Field(0.5, gt=0, lt=1, description="auto: rows whose isolation score 2^(-E[h]/c(n)) exceeds this count as contamination (0.5: Liu et al. 2008)")
     rank: Literal["network", "blend"] = Field("network", description="what each round ranks the rows by: the network's score, or its blend with the warm start's isolation forest (offline_train.blend)")
-    strata: int = Field(0, ge=0, description="k-means clusters of the training rows within each of which the core and every round keep their share, so that no mode of the history is left out whole (issue 11, fortieth pass); 0 = one share over all rows (also where there are fewer than two rows a cluster)")
+    strata: int = Field(0, ge=0, le=256, description="k-means clusters (at most 256) of the training rows within each of which the core and every round keep their share, so that no mode of the history is left out whole (issue 11, fortieth pass); 0 = one share over all rows (also where there are fewer than two rows a cluster)")
 
     @field_validator("strata")
     @classmethod
@@ -212,7 +212,7 @@ class OptimConfig(Section):
     min_steps: int | None = Field(None, gt=0, le=10**9, description="lower bound on an epoch budget; null = the profile's (fast: 2000)")
     max_steps: int | None = Field(None, gt=0, le=10**9, description="upper bound on an epoch budget; null = the profile's (fast: 4500)")
     batch_size: int = Field(128, gt=1, description="rows per optimiser step")
-    noise_copies: int = Field(3, gt=0, description="noisy copies of each row per step")
+    noise_copies: int = Field(3, gt=0, le=1024, description="noisy copies of each row per step (at most 1024: a step holds batch_size * noise_copies rows)")
     lr: float = Field(5e-4, gt=0, description="Adam learning rate")
     weight_decay: float = Field(5e-5, ge=0, description="Adam weight decay (L2)")
     precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto = bf16 autocast on a CPU that runs it natively, fp32 on CUDA (faster there at these sizes)")
@@ -311,7 +311,7 @@ class StorageConfig(Section):
     s3_secret_key: SecretStr | None = Field(None, description="S3 secret key (prefer env KDSM_STORAGE__S3_SECRET_KEY or AWS_SECRET_ACCESS_KEY)")
     connect_timeout_s: float = Field(5.0, gt=0, description="give up connecting to the object store after this long")
     request_timeout_s: float = Field(30.0, gt=0, description="give up on one object-store request after this long")
-    retries: int = Field(3, ge=1, description="attempts per object-store request (AWS standard retry strategy)")
+    retries: int = Field(3, ge=1, le=20, description="attempts per object-store request (AWS standard retry strategy; at most 20: against a store that does not answer, each attempt waits out its timeouts)")
 
 
 class _YamlSource(PydanticBaseSettingsSource):

@@ -1,0 +1,93 @@
+"""Config values a run allocates or loops in proportion to have an upper bound: a huge one (a typo) is one line and
+exit 2, not an allocator's traceback or a hang; a section that is not a mapping stays an error under env vars."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from pydantic import ValidationError
+
+from offline_train.config import (
+    ConfigError,
+    DataConfig,
+    FeatureSpec,
+    ModelConfig,
+    OptimConfig,
+    RefineConfig,
+    SigmaConfig,
+    StorageConfig,
+    TrainSettings,
+    load_settings,
+)
+from streamer.ops.cli import main
+
+HUGE = 10**9
+
+# (section, key, the largest value allowed, the model of the section)
+BOUNDED = [
+    ("train", "noise_copies", 1024, OptimConfig),
+    ("sigma", "bins", 10**6, SigmaConfig),
+    ("refine", "rounds", 10**4, RefineConfig),
+    ("refine", "strata", 256, RefineConfig),
+    ("model", "width", 8192, ModelConfig),
+    ("model", "depth", 128, ModelConfig),
+    ("data", "batch_rows", 2**24, DataConfig),
+    ("data", "workers", 256, DataConfig),
+    ("storage", "retries", 20, StorageConfig),
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_kdsm_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("KDSM_") and "__" in name:
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize(("section", "key", "bound", "model"), BOUNDED, ids=[f"{s}.{k}" for s, k, _, _ in BOUNDED])
+def test_a_huge_value_is_refused_naming_the_key(section, key, bound, model):
+    assert getattr(model(**{key: bound}), key) == bound  # the bound itself is allowed
+    for value in (bound + 1, HUGE):
+        with pytest.raises(ValidationError) as e:
+            model(**{key: value})
+        assert [err["loc"] for err in e.value.errors()] == [(key,)]
+        assert e.value.errors()[0]["type"] == "less_than_equal"
+
+
+@pytest.mark.parametrize(("section", "key", "bound", "model"), BOUNDED, ids=[f"{s}.{k}" for s, k, _, _ in BOUNDED])
+def test_a_huge_env_value_is_a_config_error(section, key, bound, model, monkeypatch):
+    monkeypatch.setenv(f"KDSM_{section.upper()}__{key.upper()}", str(HUGE))
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: {section}\.{key}: Input should be less than "
+                                          rf"or equal to {bound}$"):
+        load_settings(TrainSettings)
+
+
+@pytest.mark.parametrize("key", ["max_categories", "hash_buckets"])
+def test_a_huge_feature_width_is_refused(key):
+    spec = {"name": "os", "type": "categorical", key: 4096}
+    assert getattr(FeatureSpec(**spec), key) == 4096
+    with pytest.raises(ValidationError) as e:
+        TrainSettings(features=[{**spec, key: HUGE}])
+    assert [err["loc"] for err in e.value.errors()] == [("features", 0, key)]
+
+
+@pytest.mark.parametrize(("section", "key", "bound", "model"), BOUNDED, ids=[f"{s}.{k}" for s, k, _, _ in BOUNDED])
+def test_config_check_refuses_a_huge_value_in_one_line(section, key, bound, model, tmp_path, capsys):
+    cfg = tmp_path / "huge.yaml"
+    cfg.write_text(f"{section}:\n  {key}: {HUGE}\n")
+    assert main(["config", "check", str(cfg)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "OK" not in captured.out
+    assert f"{section}.{key}: Input should be less than or equal to {bound}" in err
+
+
+def test_config_check_refuses_a_huge_feature_width(tmp_path, capsys):
+    cfg = tmp_path / "huge.yaml"
+    cfg.write_text(f"features:\n  - name: os\n    type: categorical\n    encoding: hash\n    hash_buckets: {HUGE}\n")
+    assert main(["config", "check", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "features.0.hash_buckets: Input should be less than or equal to 4096" in err
+
