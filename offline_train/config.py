@@ -320,11 +320,21 @@ class _YamlSource(PydanticBaseSettingsSource):
     def __init__(self, settings_cls: type[BaseSettings], path: Path | None):
         super().__init__(settings_cls)
         self.path = path
+        self._data: dict[str, Any] | None = None
 
     def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does it all
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
+        if self._data is None:  # read once: _OverYaml asks for it too
+            self._data = self._read()
+        return self._data
+
+    def not_mappings(self) -> list[tuple[str, ...]]:
+        """Where the file sets a section (or a section in one) to something other than a mapping."""
+        return _not_mappings(self.settings_cls, self())
+
+    def _read(self) -> dict[str, Any]:
         if self.path is None:
             return {}
         try:
@@ -347,6 +357,72 @@ class _YamlSource(PydanticBaseSettingsSource):
         return data
 
 
+def _is_model(annotation) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _not_mappings(cls: type[BaseModel], data: dict[str, Any], path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The paths in ``data`` of the sections of ``cls`` (nested ones too) whose value is not a mapping.
+
+    ``train:`` with nothing after it is null, not an empty section (``train: {}``): refused, with or without
+    environment variables.
+
+    >>> _not_mappings(TrainSettings, {"train": 7, "sigma": {"bins": 3}, "model": None, "ema": {}, "features": 1})
+    [('model',), ('train',)]
+    """
+    out = []
+    for name, value in data.items():
+        field = cls.model_fields.get(name) if isinstance(name, str) else None
+        if field is None or not _is_model(field.annotation):
+            continue
+        if isinstance(value, dict):
+            out += _not_mappings(field.annotation, value, (*path, name))
+        else:
+            out.append((*path, name))
+    return sorted(out)
+
+
+def _without(data: dict[str, Any], paths: list[tuple[str, ...]]) -> dict[str, Any]:
+    """``data`` less the keys at ``paths`` (a copy where one is left out).
+
+    >>> _without({"train": {"threads": 1}, "drift": {"adwin": {"delta": 0.1}, "x": 1}}, [("train",), ("drift", "adwin")])
+    {'drift': {'x': 1}}
+    """
+    out = dict(data)
+    for key, *rest in paths:
+        if key not in out:
+            continue
+        if not rest:
+            del out[key]
+        elif isinstance(out[key], dict):
+            out[key] = _without(out[key], [tuple(rest)])
+    return out
+
+
+class _OverYaml(PydanticBaseSettingsSource):
+    """A source merged over the YAML file (environment variables, explicit overrides) less what it sets in a section
+    the file sets to something other than a mapping (``train: 7``, ``train: [1, 2]``, ``train:``).
+
+    Merged, a ``KDSM_TRAIN__THREADS`` made ``train`` a mapping again and the file's error went unseen (``kdsm config
+    check`` said OK); now the file's value is what is validated, so the file is refused with the same line whatever
+    the environment holds.
+    """
+
+    def __init__(self, source: PydanticBaseSettingsSource, yaml_source: _YamlSource):
+        super().__init__(source.settings_cls)
+        self.source, self.yaml = source, yaml_source
+        self.__name__ = getattr(source, "__name__", type(source).__name__)  # its name among the sources, as before
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - unused, __call__ does it all
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        data = self.source()  # first, as before: a variable that is not JSON is its own error
+        if not any(_is_model(getattr(self.settings_cls.model_fields.get(k), "annotation", None)) for k in data):
+            return data
+        return _without(data, self.yaml.not_mappings())
+
+
 class KDSMSettings(BaseSettings):
     """Base of the project's settings classes: env prefix, YAML source, strict keys."""
 
@@ -355,7 +431,9 @@ class KDSMSettings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _YamlSource(settings_cls, _CURRENT_FILE.get(cls)), file_secret_settings)
+        yaml_source = _YamlSource(settings_cls, _CURRENT_FILE.get(cls))
+        return (_OverYaml(init_settings, yaml_source), _OverYaml(env_settings, yaml_source), yaml_source,
+                file_secret_settings)
 
 
 class TrainSettings(KDSMSettings):

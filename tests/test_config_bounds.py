@@ -20,6 +20,7 @@ from offline_train.config import (
     TrainSettings,
     load_settings,
 )
+from streamer.config import Settings
 from streamer.ops.cli import main
 
 HUGE = 10**9
@@ -91,3 +92,68 @@ def test_config_check_refuses_a_huge_feature_width(tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert "features.0.hash_buckets: Input should be less than or equal to 4096" in err
 
+
+
+# A section the file sets to something other than a mapping: ``train:`` alone is null (refused, as it always was
+# without environment variables), ``train: {}`` an empty section.
+NOT_MAPPINGS = ["train: 7\n", "train: [1, 2]\n", "train:\n", "train: null\n", "train: seven\n"]
+
+
+def _check(path, capsys) -> tuple[int, str]:
+    rc = main(["config", "check", str(path)])
+    captured = capsys.readouterr()
+    assert (rc == 0) == captured.out.startswith("OK: ")
+    return rc, captured.err.strip()
+
+
+@pytest.mark.parametrize("text", NOT_MAPPINGS)
+@pytest.mark.parametrize(("name", "value"), [("KDSM_TRAIN__THREADS", "1"), ("KDSM_TRAIN", '{"threads": 1}')])
+def test_a_section_that_is_not_a_mapping_is_refused_under_an_env_var(text, name, value, tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "section.yaml"
+    cfg.write_text(text)
+    rc, alone = _check(cfg, capsys)
+    assert rc == 2 and len(alone.splitlines()) == 1
+    assert alone.endswith("train: Input should be a valid dictionary or instance of OptimConfig")
+    monkeypatch.setenv(name, value)
+    assert _check(cfg, capsys) == (2, alone)  # the same line: the variable does not hide the file's error
+    with pytest.raises(ConfigError, match="train: Input should be a valid dictionary"):
+        load_settings(Settings, cfg)
+
+
+def test_every_error_of_the_file_is_listed_under_an_env_var(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text("train: 7\nmodel:\n  width: -1\n")
+    rc, alone = _check(cfg, capsys)
+    assert rc == 2 and "train: Input should be a valid dictionary" in alone and "model.width" in alone
+    monkeypatch.setenv("KDSM_TRAIN__THREADS", "1")
+    monkeypatch.setenv("KDSM_MODEL__DEPTH", "2")
+    assert _check(cfg, capsys) == (2, alone)
+
+
+def test_a_nested_section_that_is_not_a_mapping_is_refused_under_an_env_var(tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "adwin.yaml"
+    cfg.write_text("drift:\n  adwin: 7\n")
+    rc, alone = _check(cfg, capsys)
+    assert rc == 2 and "drift.adwin: Input should be a valid dictionary" in alone
+    monkeypatch.setenv("KDSM_DRIFT__ADWIN__DELTA", "0.01")
+    assert _check(cfg, capsys) == (2, alone)
+
+
+def test_an_explicit_override_does_not_hide_a_section_that_is_not_a_mapping(tmp_path):
+    cfg = tmp_path / "seven.yaml"
+    cfg.write_text("train: 7\n")
+    with pytest.raises(ConfigError, match="train: Input should be a valid dictionary"):
+        load_settings(Settings, cfg, train={"threads": 1})
+
+
+@pytest.mark.parametrize("text", ["train: {}\n", "train:\n  steps: 5\n", "sigma:\n  bins: 300\n"])
+def test_env_vars_still_merge_over_a_section_that_is_a_mapping(text, tmp_path, monkeypatch, capsys):
+    cfg = tmp_path / "ok.yaml"
+    cfg.write_text(text)
+    monkeypatch.setenv("KDSM_TRAIN__THREADS", "1")
+    monkeypatch.setenv("KDSM_DRIFT__ADWIN__DELTA", "0.01")
+    assert main(["config", "check", str(cfg)]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+    s = load_settings(Settings, cfg)
+    assert s.train.threads == 1 and s.drift.adwin.delta == 0.01
+    assert s.train.steps == (5 if "steps" in text else None) and s.sigma.bins == (300 if "bins" in text else 200)
