@@ -120,6 +120,27 @@ def _rows(X) -> np.ndarray:
     return np.asarray(X, dtype=np.float64)
 
 
+def _check_network(state: dict[str, torch.Tensor], d: int, cfg: ModelConfig) -> None:
+    """An artifact's network size (``model_config``) against its weights (``net.*``, prefix removed), before a network
+    of that size is built: the stem's weight must be (width, d), the head's (d, width), and the residual blocks present
+    exactly 0..depth-1. The metadata is a checksummed JSON anyone can re-sign, and ``ScoreNet`` allocates its layers
+    first; ``load_state_dict`` compared them only after. RuntimeError (as it raises) names the field."""
+    width, depth = cfg.width, cfg.depth
+    if width is None or depth is None:
+        raise ValueError("model_config.width and model_config.depth must be set in an artifact")
+    for name, size in (("stem.weight", (width, d)), ("head.2.weight", (d, width))):
+        tensor = state.get(name)
+        if tensor is None:
+            raise RuntimeError(f"the weights hold no net.{name}")
+        if tuple(tensor.shape) != size:
+            raise RuntimeError(f"model_config.width = {width} and model_config.d = {d} give net.{name} the shape "
+                               f"{size}; the weights' has {tuple(tensor.shape)}")
+    blocks = {k.split(".")[1] for k in state if k.startswith("blocks.")}
+    if len(blocks) != depth or blocks != {str(i) for i in range(depth)}:  # the count first: depth may be huge
+        raise RuntimeError(f"model_config.depth = {depth}, but the weights hold {len(blocks)} residual block(s) "
+                           f"(net.blocks.*)")
+
+
 def _estimator_params(saved: dict) -> dict:
     """``scale_discrete`` and ``max_train_rows`` as saved (checked as ``DataConfig`` checks them); an artifact from
     before they were saved loads with the defaults it was then given. ``max_train_rows`` None (every row) loads as
@@ -589,8 +610,10 @@ class KDSM(BaseEstimator):
             if bad:
                 raise ArtifactError(f"{path}: non-finite network weights in {', '.join(sorted(bad))}")
             det.model_ = det.model
+            net_state = {k[4:]: v for k, v in tensors.items() if k.startswith("net.")}
+            _check_network(net_state, d, det.model)  # before the network of that size is built
             det.net_ = ScoreNet.from_config(d, det.model)
-            det.net_.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")}, strict=True)
+            det.net_.load_state_dict(net_state, strict=True)
             det.device_ = resolve_device(device)
             det.net_.to(det.device_).eval()
             det.forest_, det.neighbours_, det.blend_ = None, None, None

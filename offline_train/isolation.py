@@ -64,6 +64,9 @@ def _floor_float32(t: np.ndarray) -> np.ndarray:
 
 
 METRICS = ("depth", "density")
+# The deepest forest an artifact may hold: scikit-learn's trees of its default 256-row samples have 8 levels, and a
+# forest of 2**32 leaves per tree would not fit in memory anyway. Checked before 2**levels is computed.
+MAX_LEVELS = 32
 
 
 def _density_leaf_values(tree, sample: np.ndarray) -> np.ndarray:
@@ -176,8 +179,13 @@ class IsolationScorer(nn.Module):
         With ``d`` (the rows' width), every node's feature must be a column of the rows: ``forward`` gathers
         the feature of every node it passes, a leaf's pass-through nodes included (they hold 0), so one out of
         range would fail at scoring. Thresholds must not be NaN, leaf values and the scale must be finite.
-        Artifacts from before the density metric name none: their forests score by depth."""
-        scorer = cls(int(shape["trees"]), int(shape["levels"]), str(shape.get("metric", "depth")))
+        Artifacts from before the density metric name none: their forests score by depth.
+
+        ``shape``'s sizes are checked against the tensors before anything of their size is built (``_sizes``): an
+        artifact's metadata is a checksummed JSON anyone can re-sign, and ``forest.levels`` 22 in it built 8 GB of
+        zeros before the tensors were compared."""
+        trees, levels = cls._sizes(state, shape)
+        scorer = cls(trees, levels, str(shape.get("metric", "depth")))
         scorer.load_state_dict(state, strict=True)
         if d is not None and len(scorer.feature) and not (0 <= int(scorer.feature.min()) <= int(scorer.feature.max()) < d):
             raise ValueError(f"isolation forest: a node splits on a feature outside 0..{d - 1}")
@@ -186,6 +194,39 @@ class IsolationScorer(nn.Module):
             raise ValueError("isolation forest: thresholds must be numbers (+inf passes a leaf down), leaf values and "
                              "scale finite")
         return scorer
+
+    @staticmethod
+    def _sizes(state: dict[str, torch.Tensor], shape: dict[str, int]) -> tuple[int, int]:
+        """``shape``'s trees and levels once they fit ``state``'s tensors: whole numbers (levels at most
+        ``MAX_LEVELS``, so that 2**levels stays a small number) and, for each buffer, the size the constructor would
+        give it. RuntimeError (as ``load_state_dict`` raises) names the fields that disagree with the weights.
+
+        >>> a = IsolationScorer(trees=3, levels=2)
+        >>> IsolationScorer._sizes(a.state_dict(), a.shape)
+        (3, 2)
+        >>> IsolationScorer._sizes(a.state_dict(), {**a.shape, "levels": 22})
+        Traceback (most recent call last):
+        ...
+        RuntimeError: forest.trees = 3 and forest.levels = 22 give forest.feature the shape (12582909,); the weights' has (9,)
+        """
+        trees, levels = shape["trees"], shape["levels"]
+        for key, value in (("trees", trees), ("levels", levels)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"forest.{key} must be a whole number, not {value!r}")
+        if trees < 1:
+            raise ValueError(f"forest.trees = {trees}: a forest has at least 1 tree")
+        if not 0 <= levels <= MAX_LEVELS:
+            raise ValueError(f"forest.levels = {levels} is outside 0..{MAX_LEVELS}")
+        inner = trees * max(2**levels - 1, 1)
+        expected = {"feature": (inner,), "threshold": (inner,), "leaf_value": (trees * 2**levels,), "scale": ()}
+        for name, size in expected.items():
+            tensor = state.get(name)
+            if tensor is None:
+                raise RuntimeError(f"the weights hold no forest.{name}")
+            if tuple(tensor.shape) != size:
+                raise RuntimeError(f"forest.trees = {trees} and forest.levels = {levels} give forest.{name} the shape "
+                                   f"{size}; the weights' has {tuple(tensor.shape)}")
+        return trees, levels
 
     @torch.no_grad()
     def forward(self, Z: torch.Tensor) -> torch.Tensor:

@@ -78,10 +78,32 @@ class NeighbourScorer(nn.Module):
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor], shape: dict[str, int], d: int | None = None) -> NeighbourScorer:
         """Rebuild from ``state_dict()`` tensors and ``shape`` (an artifact); raises on a mismatch, on reference rows
-        of a width other than ``d`` (where given) and on non-finite ones."""
-        if d is not None and int(shape["d"]) != d:
-            raise ValueError(f"k-NN part: reference rows of {int(shape['d'])} features for {d}")
-        scorer = cls(int(shape["rows"]), int(shape["d"]), int(shape["k"]))
+        of a width other than ``d`` (where given) and on non-finite ones.
+
+        ``shape``'s rows and d are checked against the tensors' shapes before the buffers are built (an artifact's
+        metadata is a checksummed JSON anyone can re-sign: ``knn.rows`` 10**9 in it would allocate gigabytes of zeros
+        before the tensors were compared); RuntimeError, as ``load_state_dict`` raises, names the field.
+
+        >>> a = NeighbourScorer.from_rows(np.zeros((4, 2)), k=2)
+        >>> NeighbourScorer.from_state(a.state_dict(), {**a.shape, "rows": 10**9})
+        Traceback (most recent call last):
+        ...
+        RuntimeError: knn.rows = 1000000000 and knn.d = 2 give knn.reference the shape (1000000000, 2); the weights' has (4, 2)
+        """
+        rows, width = shape["rows"], shape["d"]
+        for key, value in (("rows", rows), ("d", width)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"knn.{key} must be a whole number, not {value!r}")
+        if d is not None and width != d:
+            raise ValueError(f"k-NN part: reference rows of {width} features for {d}")
+        for name, size in (("reference", (rows, width)), ("reference_sq", (rows,))):
+            tensor = state.get(name)
+            if tensor is None:
+                raise RuntimeError(f"the weights hold no knn.{name}")
+            if tuple(tensor.shape) != size:
+                raise RuntimeError(f"knn.rows = {rows} and knn.d = {width} give knn.{name} the shape {size}; "
+                                   f"the weights' has {tuple(tensor.shape)}")
+        scorer = cls(rows, width, int(shape["k"]))
         scorer.load_state_dict(state, strict=True)
         if not 1 <= scorer.k < scorer.reference.shape[0]:
             raise ValueError(f"k-NN part: k={scorer.k} for {scorer.reference.shape[0]} reference rows")
