@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -141,6 +142,37 @@ def _check_network(state: dict[str, torch.Tensor], d: int, cfg: ModelConfig) -> 
                            f"(net.blocks.*)")
 
 
+_DATA_PARAMS = {"scale_discrete": "True or False",
+                "max_train_rows": "None (every row) or a whole number of at least 2"}
+
+
+def _check_data_params(scale_discrete, max_train_rows) -> None:
+    """The estimator's own parameters, checked as ``DataConfig`` checks ``data.scale_discrete`` and
+    ``data.max_train_rows`` (strictly: a truthy string is no boolean, 2.5 no row count), with None allowed for every
+    row. ValueError names the parameter, as scikit-learn's estimators refuse a bad parameter at ``fit``.
+
+    >>> _check_data_params(False, None)
+    >>> _check_data_params(np.bool_(True), np.int64(500))
+    >>> _check_data_params("no", 200_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: KDSM parameter scale_discrete must be True or False, got 'no'
+    >>> _check_data_params(False, -5)
+    Traceback (most recent call last):
+    ...
+    ValueError: KDSM parameter max_train_rows must be None (every row) or a whole number of at least 2, got -5
+    """
+    given = {"scale_discrete": scale_discrete, "max_train_rows": max_train_rows}
+    values = {k: v.item() if isinstance(v, np.generic) else v for k, v in given.items()
+              if not (k == "max_train_rows" and v is None)}
+    try:
+        DataConfig.model_validate(values, strict=True)
+    except ValidationError as e:
+        names = list(dict.fromkeys(err["loc"][0] for err in e.errors()))
+        raise ValueError("; ".join(f"KDSM parameter {name} must be {_DATA_PARAMS[name]}, got {given[name]!r}"
+                                   for name in names)) from None
+
+
 def _estimator_params(saved: dict) -> dict:
     """``scale_discrete`` and ``max_train_rows`` as saved (checked as ``DataConfig`` checks them); an artifact from
     before they were saved loads with the defaults it was then given. ``max_train_rows`` None (every row) loads as
@@ -169,7 +201,9 @@ class KDSM(BaseEstimator):
     ``labels_`` (0/1 at the warning threshold), as in PyOD.
 
     ``max_train_rows``: the network trains (and calibrates) on a seeded uniform sample of at most this many rows
-    (``data.max_train_rows``); None trains on every row, and such a model saves and loads as None.
+    (``data.max_train_rows``); None trains on every row, and such a model saves and loads as None. It and
+    ``scale_discrete`` are checked as ``DataConfig`` checks them when ``fit`` or ``fit_source`` starts: a count below
+    2 or not whole, or a ``scale_discrete`` other than True or False, is a ValueError naming the parameter.
     """
 
     def __init__(self, sigma: SigmaConfig | None = None, model: ModelConfig | None = None,
@@ -213,6 +247,7 @@ class KDSM(BaseEstimator):
         The scaler and sigmas see every row; the network trains (and calibrates) on a seeded
         sample of at most ``max_train_rows`` of them, as ``fit_source`` does.
         """
+        _check_data_params(self.scale_discrete, self.max_train_rows)  # before anything learned is forgotten
         self._reset()
         self.features_ = features
         if features is not None:
@@ -259,6 +294,7 @@ class KDSM(BaseEstimator):
         lines where no progress bar can show (not a TTY).
         """
         phase = on_phase or (lambda text: None)
+        _check_data_params(self.scale_discrete, self.max_train_rows)  # before anything learned is forgotten
         self._reset()
         if features is not None and list(features.columns) != list(source.features):
             raise ValueError(f"the feature spec encodes {len(features.columns)} column(s) "
@@ -562,7 +598,8 @@ class KDSM(BaseEstimator):
                             "top_features": self.calibration_config.top_features,
                             "holdout": self.calibration_config.holdout},
             # The other parameters that shape training, so that clone(KDSM.load(p)).fit(X) trains the same model.
-            "estimator": {"scale_discrete": bool(self.scale_discrete), "max_train_rows": self.max_train_rows},
+            "estimator": {"scale_discrete": bool(self.scale_discrete),
+                          "max_train_rows": None if self.max_train_rows is None else int(self.max_train_rows)},
             "train_summary": self.train_summary_.to_dict(),
             "data_summary": getattr(self, "data_summary_", None),
             **({"feature_spec": self.features_.to_dict()} if getattr(self, "features_", None) is not None else {}),
