@@ -121,6 +121,11 @@ def _rows(X) -> np.ndarray:
     return np.asarray(X, dtype=np.float64)
 
 
+def _no_rows(offset: int, n: int) -> np.ndarray:
+    """A hold-out mask that holds out nothing (``fit_source`` on too few rows for a hold-out)."""
+    return np.zeros(n, dtype=bool)
+
+
 def _check_network(state: dict[str, torch.Tensor], d: int, cfg: ModelConfig) -> None:
     """An artifact's network size (``model_config``) against its weights (``net.*``, prefix removed), before a network
     of that size is built: the stem's weight must be (width, d), the head's (d, width), and the residual blocks present
@@ -286,7 +291,10 @@ class KDSM(BaseEstimator):
         columns apart from the start (an unseen category stands far off). Default: the source's own encoder, if any.
 
         The calibration holdout is drawn before any statistic, so its rows
-        never shape the scaler, the sigmas or the network. ``engine``
+        never shape the scaler, the sigmas or the network. Where it would leave
+        fewer than 2 rows to train on (a file of 2 or 3 rows), nothing is held
+        out, as ``fit`` does: the network trains on every usable row and
+        calibrates on them (``calibration_source_`` "train"). ``engine``
         (``offline_train.engine``; default: this process) runs the statistics
         passes; the sample the network trains on is drawn here. ``on_phase(text)``,
         if given, hears each phase (reading, sigma passes, sampling, training
@@ -314,6 +322,13 @@ class KDSM(BaseEstimator):
         where = "" if engine.name == "local" else f" on the {engine.name} engine"
         phase(f"reading: pass 1 of 5 (column moments){where}")
         moments = reduce(ColumnMoments.empty(d))
+        if moments.n < 2 and source.rows_read - source.rows_skipped >= 2:
+            # As fit does (_holdout_split): calibration's hold-out would leave fewer than 2 rows to train on, so
+            # nothing is held out; the network trains on every usable row and calibrates on them
+            # (calibration_source_ "train").
+            phase("too few rows for a calibration hold-out: training and calibrating on every usable row")
+            holdout = _no_rows
+            moments = reduce(ColumnMoments.empty(d))
         if moments.n < 2:
             held_out = source.rows_read - source.rows_skipped - moments.n  # calibration's share (calibration.holdout)
             raise DataError(f"too few usable rows to train in {source.path}: {moments.n} of {source.rows_read} read "

@@ -73,3 +73,51 @@ def test_good_parameters_fit_save_and_load(params, tmp_path):
     assert {k: loaded.get_params()[k] for k in params} == want
     np.testing.assert_array_equal(loaded.decision_function(rows(5, seed=1)), det.decision_function(rows(5, seed=1)))
     clone(loaded).fit(rows())  # the loaded parameters are good ones too
+
+
+# ``fit_source`` on a file too small for calibration's hold-out: as ``fit``, it trains and calibrates on every usable
+# row. Before, ``kdsm train`` refused a 2- or 3-row file that ``KDSM.fit`` trained on ("1 of 3 read (0 with missing or
+# non-finite features, 2 held out for calibration)"). Rows 0 and 1 fall in the hold-out at the default seed.
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fit_source_on_too_few_rows_for_a_hold_out_calibrates_on_the_training_rows_as_fit_does(n, tmp_path):
+    X = rows(n)
+    source = ParquetSource(write_parquet(tmp_path / "rows.parquet", X, ["a", "b", "c"]))
+    det = tiny().fit_source(source)
+    assert det.calibration_source_ == tiny().fit(X).calibration_source_ == "train"
+    assert det.data_summary_ == {"rows_read": n, "rows_skipped": 0, "train_rows": n, "calibration_rows": 0}
+    assert len(det.calibration_.scores) == n
+    loaded = KDSM.load(det.save(tmp_path / "m"), device="cpu")
+    assert loaded.calibration_source_ == "train" and np.isfinite(loaded.decision_function(X)).all()
+
+
+def test_fit_source_still_refuses_fewer_than_2_usable_rows(tmp_path):
+    from offline_train.data import DataError
+
+    X = rows(4)
+    X[1:, 0] = np.nan  # one usable row
+    source = ParquetSource(write_parquet(tmp_path / "rows.parquet", X, ["a", "b", "c"]))
+    with pytest.raises(DataError, match=r"0 of 4 read \(3 with missing or non-finite features, 1 held out for "
+                                        r"calibration\); at least 2 are needed"):
+        tiny().fit_source(source)
+
+
+def test_fit_source_with_2_usable_rows_among_skipped_ones_trains_on_them(tmp_path):
+    X = rows(5)
+    X[[2, 3, 4], 1] = np.inf  # rows 0 and 1 are usable, and both fall in the hold-out
+    det = tiny().fit_source(ParquetSource(write_parquet(tmp_path / "rows.parquet", X, ["a", "b", "c"])))
+    assert det.calibration_source_ == "train"
+    assert det.data_summary_ == {"rows_read": 5, "rows_skipped": 3, "train_rows": 2, "calibration_rows": 0}
+
+
+def test_kdsm_train_takes_a_3_row_file(tmp_path, capsys):
+    from streamer.ops.cli import main
+
+    data = write_parquet(tmp_path / "n3.parquet", rows(3), ["a", "b", "c"])
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("model:\n  width: 8\n  depth: 1\ntrain:\n  steps: 5\n  threads: 1\n")
+    out = tmp_path / "model"
+    assert main(["train", "--quiet", "--data", str(data), "--out", str(out), "--config", str(cfg)]) == 0, \
+        capsys.readouterr().err
+    assert KDSM.load(out, device="cpu").calibration_source_ == "train"
