@@ -128,18 +128,9 @@ def test_a_redis_that_does_not_answer_never_holds_the_scoring_thread():
     """The sink runs on the scoring thread; its cooldown key and its publication waited out the control plane's
     timeout for each command there (6 s a confirmation, against a Redis that takes connections and does not answer).
     A streamer's sink (``background``) hands the event to its own thread; close() still publishes what it was given."""
-    import socket
-    import threading
     import time
 
-    from streamer.config import RedisConfig
-    from streamer.lifecycle.control import redis_client
-
-    server, held = socket.socket(), []
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    threading.Thread(target=lambda: held.extend(server.accept() for _ in range(16)), daemon=True).start()
-    silent = redis_client(RedisConfig(url=f"redis://127.0.0.1:{server.getsockname()[1]}/0", command_timeout_s=1.0))
+    server, silent = _silent_redis(command_timeout_s=1.0)
     metrics = LifecycleMetrics()
     sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50),
                      redis=silent, keys=Keys("kdsm:"), metrics=metrics, background=True)
@@ -152,3 +143,47 @@ def test_a_redis_that_does_not_answer_never_holds_the_scoring_thread():
     assert [e["statistics"]["signal"] for e in sink.events] == ["alert_rate"]
     assert metrics.value("kdsm_drift_publish_errors_total", target="redis") == 1
     server.close()
+
+
+def test_a_background_sink_holds_a_bounded_backlog_and_its_close_a_bounded_wait():
+    """With no cooldown and a Redis that does not answer, every confirmation was queued (no bound) and close() published
+    them all first: 200 queued, 278 s to stop. Now a backlog of 8; beyond it, confirmations count as suppressed."""
+    import time
+
+    server, silent = _silent_redis(command_timeout_s=0.5)
+    metrics = LifecycleMetrics()
+    sink = DriftSink(DriftConfig(warmup_events=0, persist_events=10, calibrated_alert_rate=0.01, alert_rate_window=50,
+                                 cooldown_s=0), redis=silent, keys=Keys("kdsm:"), metrics=metrics, background=True)
+    for k in range(40):
+        b = example_batch(60, offset0=60 * k)
+        b.severities = np.array(["warning"] * 60)
+        sink.on_committed(b)
+    assert metrics.value("kdsm_drift_suppressed_total", scope="backlog") >= 40 - 8 - 2
+    t = time.monotonic()
+    sink.close(timeout_s=1.0)
+    assert time.monotonic() - t < 3.0
+    server.close()
+
+
+def _silent_redis(command_timeout_s: float):
+    """A server that takes connections and never answers (a paused or partitioned Redis), and a client of it."""
+    import socket
+    import threading
+
+    from streamer.config import RedisConfig
+    from streamer.lifecycle.control import redis_client
+
+    server, held = socket.socket(), []
+
+    def accept():
+        try:
+            while True:
+                held.append(server.accept())
+        except OSError:  # closed by the test
+            pass
+
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"redis://127.0.0.1:{server.getsockname()[1]}/0"
+    return server, redis_client(RedisConfig(url=url, command_timeout_s=command_timeout_s))

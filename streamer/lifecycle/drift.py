@@ -59,6 +59,8 @@ from .metrics import LifecycleMetrics
 
 log = logging.getLogger("kdsm.drift")
 
+_BACKLOG = 8  # drift events a background sink holds while it publishes
+
 
 
 def make_detector(cfg: DriftConfig):
@@ -136,7 +138,9 @@ class DriftSink:
         self.reset()
         self._outbox: queue.Queue | None = None
         if background:
-            self._outbox = queue.Queue()
+            # Bounded: with cooldown_s 0 and Redis silent, confirmations would otherwise pile up faster than they are
+            # published (memory, and a close() that publishes the backlog for minutes)
+            self._outbox = queue.Queue(maxsize=_BACKLOG)
             self._publisher = threading.Thread(target=self._publish_loop, name="kdsm-drift", daemon=True)
             self._publisher.start()
 
@@ -249,7 +253,13 @@ class DriftSink:
                                 "recent_mean_score": float(np.mean(batch.scores))}}
         self._restart_detector()  # published or not (the fleet's cooldown), the next drift is a new regime's
         if self._outbox is not None:
-            self._outbox.put(event)
+            try:
+                self._outbox.put_nowait(event)
+            except queue.Full:  # the publisher is behind (Redis or Kafka not answering): this one is not published
+                self.metrics.drift_suppressed.labels("backlog").inc()
+                log.warning({"event": "drift_suppressed", "scope": "backlog", "version": event["model_version"],
+                             "why": f"{_BACKLOG} drift events still wait to be published"})
+                return None
             return event
         return self._announce(event)
 
@@ -309,10 +319,18 @@ class DriftSink:
         self.reset(version)
         self.n = max(n, self.cfg.warmup_events)
 
-    def close(self) -> None:
-        if self._outbox is not None and self._publisher.is_alive():  # what was handed over is published first
-            self._outbox.put(None)
-            self._publisher.join()
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Publish what was handed over (for at most ``timeout_s``; what is left then is logged), then close."""
+        if self._outbox is not None and self._publisher.is_alive():
+            deadline = time.monotonic() + timeout_s
+            try:
+                self._outbox.put(None, timeout=timeout_s)
+            except queue.Full:
+                pass
+            self._publisher.join(max(0.0, deadline - time.monotonic()))
+            if self._publisher.is_alive():
+                log.error({"event": "drift_publish_abandoned", "waiting": self._outbox.qsize(),
+                           "why": f"not published within {timeout_s:g} s of the close (Redis or Kafka not answering)"})
         if self.producer_factory is not None and self.producer is not None:
             self.producer.close(timeout=5)  # only a producer this sink built
 

@@ -23,7 +23,7 @@ class LifecycleMetrics:
         self.archive_files = Counter("kdsm_archive_files", "Parquet files closed into the archive", ["how"], registry=r)
         self.archive_deleted = Counter("kdsm_archive_deleted_files", "Archive files deleted by retention", registry=r)
         self.drift_events = Counter("kdsm_drift_events", "Drift events published", ["detector", "signal"], registry=r)
-        self.drift_suppressed = Counter("kdsm_drift_suppressed", "Drift confirmations not published (cooldown)", ["scope"],
+        self.drift_suppressed = Counter("kdsm_drift_suppressed", "Drift confirmations not published (scope: local or fleet cooldown, publication backlog)", ["scope"],
                                         registry=r)
         self.drift_publish_errors = Counter("kdsm_drift_publish_errors", "Drift event publications that failed", ["target"],
                                             registry=r)
