@@ -4,6 +4,7 @@ and the clients built before it are closed."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -108,6 +109,55 @@ def test_what_the_broker_refuses_at_the_first_poll_is_one_line(kafka_bootstrap, 
                           "failed"), msg
     assert "crashed" not in [ev.get("event") for ev in events.events]
     assert app.consumer._closed and app.producer._closed
+
+
+def test_a_refusal_inside_the_rebalance_listener_is_one_line(kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                              monkeypatch):
+    """kafka-python wraps what the listener raises (its offset fetch, refused by a group ACL) in a KafkaError
+    ("User rebalance callback throws an error"): it ended as a crashed traceback, exit 1."""
+    import streamer.pipeline.app as app_module
+
+    s = make_settings(kafka_bootstrap, redis_url, unique)
+    create_topics(s)
+
+    async def refused(self, assigned):
+        raise GroupAuthorizationFailedError("offset fetch refused")
+
+    monkeypatch.setattr(app_module._Rebalance, "_read_on_from_committed", refused)
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    with pytest.raises(KafkaStartError) as e:
+        app.run(max_events=1)
+    assert isinstance(e.value, user_errors()) and "GroupAuthorizationFailedError" in str(e.value) \
+        and "ACLs" in str(e.value), str(e.value)
+
+
+def test_what_the_broker_refuses_the_fetch_process_is_one_line(kafka_bootstrap, redis_url, unique, tiny_model_dir,
+                                                               tmp_path, monkeypatch):
+    """With stream.fetch_process the child fetches the events topic: an ACL refusing it there crashed the child with a
+    traceback and the streamer stopped with fetch_process_exited (exit 1). The child's consumer is refused here by a
+    sitecustomize the child (only) loads, as the broker would refuse it."""
+    from stream_support import produce
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if 'streamer.pipeline.fetcher' in open('/proc/self/cmdline', 'rb').read().decode(errors='replace'):\n"
+        "    import kafka\n"
+        "    from kafka.errors import TopicAuthorizationFailedError\n"
+        "    def poll(self, *a, **k):\n"
+        "        raise TopicAuthorizationFailedError()\n"
+        "    kafka.KafkaConsumer.poll = poll\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
+    s = make_settings(kafka_bootstrap, redis_url, unique, fetch_process=True)
+    create_topics(s)
+    produce(s, [b'{"id": 1, "f0": 1, "f1": 1, "f2": 1, "f3": 1, "f4": 1, "f5": 1}'])
+    app = StreamApp(s, StaticModelProvider(str(tiny_model_dir), "cpu"))
+    with pytest.raises(KafkaStartError) as e:
+        app.run(max_events=1)
+    msg = str(e.value)
+    assert isinstance(e.value, user_errors()) and "\n" not in msg, msg
+    assert msg.startswith(f"Kafka at {kafka_bootstrap}: fetching {s.kafka.events_topic} (the fetch process) failed: "
+                          "[Error 29] TopicAuthorizationFailedError"), msg
+    assert "ACLs" in msg
 
 
 def test_topics_the_cluster_will_not_list_are_logged_and_the_start_goes_on(kafka_bootstrap, redis_url, unique,

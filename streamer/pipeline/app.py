@@ -62,13 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from kafka import AsyncConsumerRebalanceListener
-from kafka.errors import (
-    AuthorizationError,
-    GroupMaxSizeReachedError,
-    InvalidGroupIdError,
-    InvalidSessionTimeoutError,
-    KafkaError,
-)
+from kafka.errors import KafkaError
 
 from .alerts import alert_headers, build_alerts, severity_counts
 from .batch import RecordBatch, ScoredBatch, poll_batch
@@ -84,6 +78,7 @@ from .decode import Decoded, Decoder, Reject, mark_unreadable
 from .decode_spec import SpecDecoder
 from .fetcher import FetchProcess
 from .kafka_clients import (
+    REFUSED,
     KafkaStartError,
     ensure_topics,
     make_consumer,
@@ -97,10 +92,6 @@ from .scorer import Scorer, ScoreResult
 log = logging.getLogger("kdsm.stream")
 
 _LATENCY_SAMPLES = 32  # per batch, for the e2e histogram (no per-event metric calls)
-# What a broker answers a poll with that no retry mends: the group or topic refused to this principal (an ACL), a
-# session timeout outside the broker's bounds, a full group. Under at-least-once nothing before the first poll asks the
-# group coordinator, so these first surface here: a user's error (one line, exit 2), not a crash's traceback.
-_REFUSED = (AuthorizationError, InvalidSessionTimeoutError, InvalidGroupIdError, GroupMaxSizeReachedError)
 _BUSY_WAIT_MS = 20
 _GROUP_POLL_S = 0.05  # with the fetch process: the group consumer's polls, at most this often
 
@@ -304,10 +295,14 @@ class StreamApp:
             if stop is not None:  # a known stop (fenced, unanswered, unacknowledged): one clear line, no traceback
                 log.error({"event": stop.event, "error": str(stop), "effect": "stopping; nothing more is committed"})
                 raise stop from None
-            if isinstance(e, _REFUSED):
-                refused = KafkaStartError(k, f"consuming {k.events_topic} in group {k.group_id}", e)
-                log.error({"event": "kafka_refused", "error": str(refused), "effect": "stopping; nothing more is committed"})
-                raise refused from None
+            # Under at-least-once nothing before the first poll asks the group coordinator: what it refuses surfaces
+            # here (kafka-python wraps what the rebalance listener raised, its offset fetch refused, in a KafkaError)
+            refused = e if isinstance(e, REFUSED) else e.__cause__ if isinstance(e.__cause__, REFUSED) else None
+            if refused is not None:
+                e = KafkaStartError(k, f"consuming {k.events_topic} in group {k.group_id}", refused)
+            if isinstance(e, KafkaStartError):  # also the fetch process's consumer, refused
+                log.error({"event": "kafka_refused", "error": str(e), "effect": "stopping; nothing more is committed"})
+                raise e from None
             # kafka-python wraps a listener's exception ("User rebalance callback throws an error"): name the cause too.
             log.exception({"event": "crashed", "error": repr(e), "cause": repr(e.__cause__) if e.__cause__ else None,
                            "effect": "batches in flight stay uncommitted"})

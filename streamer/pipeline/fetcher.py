@@ -59,6 +59,7 @@ from pydantic import SecretStr
 
 from .batch import RecordBatch, poll_records
 from .checkpoint import DeliveryError
+from .kafka_clients import KafkaStartError
 
 log = logging.getLogger("kdsm.stream")
 
@@ -88,11 +89,23 @@ def unpack_batch(frame: bytes) -> tuple[int, RecordBatch]:
                               unreadable=None if unreadable is None else dict(map(tuple, unreadable)))
 
 
+# The child's last frame when the broker refuses what it fetches (an ACL on the events topic): this prefix, then the
+# error as UTF-8 text. A batch frame is a msgpack array and never starts with a zero byte.
+_REFUSAL = b"\x00refused\x00"
+
+
 class FetchProcessExited(DeliveryError):
     """The fetch process is gone (a broker it could not reach, a crash, a kill): the streamer stops; what it had
     not received was not committed, so a restart reads it again."""
 
     event = "fetch_process_exited"
+
+
+class FetchProcessRefused(KafkaStartError):
+    """The broker refused what the fetch process fetches (an ACL on the events topic): one line, exit 2."""
+
+    def __init__(self, bootstrap: str, topic: str, error: str):
+        ConnectionError.__init__(self, f"Kafka at {bootstrap}: fetching {topic} (the fetch process) failed: {error}")
 
 
 class FetchProcess:
@@ -145,9 +158,14 @@ class FetchProcess:
             try:
                 if not self._batches.poll(max(0.0, deadline - time.monotonic())):
                     break
-                epoch, rb = unpack_batch(self._batches.recv_bytes())
+                frame = self._batches.recv_bytes()
             except (EOFError, OSError):
                 raise self._exited() from None
+            if frame.startswith(_REFUSAL):
+                self._reap()
+                raise FetchProcessRefused(self._setup["kafka"]["bootstrap"], self._setup["kafka"]["events_topic"],
+                                          frame[len(_REFUSAL):].decode("utf-8", "replace"))
+            epoch, rb = unpack_batch(frame)
             if epoch != self.epoch:
                 self.dropped += 1
                 continue
@@ -204,7 +222,7 @@ def main() -> int:
     batches = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # nothing but batches on the batch pipe, whatever a library prints
     commands = Connection(os.dup(0), writable=False)
-    from .kafka_clients import KafkaUnavailable, make_consumer
+    from .kafka_clients import REFUSED, KafkaUnavailable, describe, make_consumer, settings_hint
     from .logs import setup_logging
 
     try:
@@ -234,6 +252,11 @@ def main() -> int:
                 batches.send_bytes(pack_batch(epoch, RecordBatch.from_records(got)))
     except (EOFError, BrokenPipeError):
         return 0  # the streamer closed the pipes (or is gone): nothing here is committed, so nothing is lost
+    except REFUSED as e:  # what no retry mends (an ACL on the events topic): the streamer says it in one line, exit 2
+        log.error({"event": "fetch_process_refused", "error": describe(e)})
+        with contextlib.suppress(OSError):
+            batches.send_bytes(_REFUSAL + (describe(e) + settings_hint(e)).encode())
+        return 2
     except Exception as e:  # noqa: BLE001 - one line in the streamer's log; the streamer stops on the closed pipe
         log.exception({"event": "fetch_process_crashed", "error": repr(e)})
         return 1

@@ -48,7 +48,13 @@ def describe(e: BaseException) -> str:
     return text if type(e).__name__ in text else f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def _settings_hint(e: BaseException) -> str:
+# What a broker answers that no retry mends: the group or a topic refused to this principal (an ACL), a session timeout
+# outside the broker's bounds, an invalid group id, a full group. A user's error (one line, exit 2), not a crash.
+REFUSED = (AuthorizationError, InvalidSessionTimeoutError, InvalidGroupIdError, GroupMaxSizeReachedError)
+
+
+def settings_hint(e: BaseException) -> str:
+    """The settings to look at for ``e`` (a leading space and parentheses), or ''."""
     if isinstance(e, AuthorizationError):
         return " (the broker's ACLs refuse it to this client's principal: kafka.sasl_username)"
     if isinstance(e, InvalidSessionTimeoutError):
@@ -69,7 +75,7 @@ class KafkaUnavailable(ConnectionError):
         what = "accepted a connection" if isinstance(last, _SECURITY) else "answered"
         super().__init__(f"Kafka at {k.bootstrap} is unreachable: no broker {what} within {k.connect_timeout_s:g} s "
                          f"(kafka.bootstrap, kafka.connect_timeout_s)" + (f": {cause}" if cause else "")
-                         + (f"; the last attempt failed: {describe(last)}{_settings_hint(last)}" if last else ""))
+                         + (f"; the last attempt failed: {describe(last)}{settings_hint(last)}" if last else ""))
 
 
 class KafkaStartError(KafkaUnavailable):
@@ -78,7 +84,7 @@ class KafkaStartError(KafkaUnavailable):
     that reports one reports this too), instead of kafka-python's traceback."""
 
     def __init__(self, k, doing: str, cause: BaseException):
-        ConnectionError.__init__(self, f"Kafka at {k.bootstrap}: {doing} failed: {describe(cause)}{_settings_hint(cause)}")
+        ConnectionError.__init__(self, f"Kafka at {k.bootstrap}: {doing} failed: {describe(cause)}{settings_hint(cause)}")
 
 
 class _LastBootstrapError(logging.Handler):
