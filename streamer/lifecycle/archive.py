@@ -200,8 +200,14 @@ class _Spool:
         # streamer's on the same directory) took the empty unlocked file for a dead one and unlinked it.
         opening = self.path.with_name(self.path.name + OPENING)
         self.f = open(opening, "wb", buffering=0)  # unbuffered: tell() is what the disk holds, so a torn write can be cut
-        fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.rename(opening, self.path)
+        try:
+            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(opening, self.path)
+            if fsync:  # the name a recovery finds it under survives a power loss too
+                _fsync_dir(self.dir)
+        except BaseException:
+            self.f.close()
+            raise
         self.writer = ipc.new_stream(self.f, schema)
         self.schema, self.opened, self.fsync, self.rows = schema, opened, fsync, 0
         self.date = time.strftime("%Y-%m-%d", time.gmtime(opened))
@@ -390,10 +396,13 @@ class ArchiveSink:
     def recover(self) -> list[Path]:
         """Turn spools left by dead streamers (no flock held) into closed files."""
         out = []
-        for path in (self.spool_root / SPOOL).glob(f"*.arrows{OPENING}"):  # a crash between open and rename: empty
-            if time.time() - _mtime(path) > 60:  # not one being opened now (wall time, as the mtime is)
-                path.unlink(missing_ok=True)
-        for path in sorted((self.spool_root / SPOOL).glob("*.arrows")):
+        spools = sorted((self.spool_root / SPOOL).glob("*.arrows"))
+        # A spool still under its opening name: a crash between its open and its rename, or a rename a power loss
+        # undid (its batches fsynced all the same); read like any other once a minute old (not one being opened now:
+        # wall time, as the mtime is)
+        spools += [p for p in sorted((self.spool_root / SPOOL).glob(f"*.arrows{OPENING}"))
+                   if time.time() - _mtime(p) > 60]
+        for path in spools:
             try:
                 f = open(path, "rb")
             except FileNotFoundError:
@@ -406,7 +415,7 @@ class ArchiveSink:
                 if not path.exists():
                     continue  # its owner closed it between our glob and our lock
                 table = read_spool(path)
-                opened_s, _, ident = path.stem.partition("-")
+                opened_s, _, ident = path.name.removesuffix(OPENING).removesuffix(".arrows").partition("-")
                 try:
                     opened = calendar.timegm(time.strptime(opened_s, "%Y%m%dT%H%M%SZ"))
                 except ValueError:
