@@ -167,7 +167,7 @@ class KafkaConfig(Section):
     deadletter_topic: str = Field("kdsm.deadletter", description="topic events that cannot be scored go to")
     group_id: str = Field("kdsm-stream", min_length=1, description="consumer group; run N streamers with one group to scale out")
     client_id: str = Field("kdsm-stream", description="client id shown in broker logs")
-    topic_replication: int = Field(-1, ge=-1, description="replication factor of the topics a kdsm command creates when they do not exist (alerts, dead letters, drift events); -1 = the broker's default.replication.factor (Kafka 2.4+), so with min.insync.replicas 2 an acks=all send is not refused for want of replicas; a broker before 2.4 needs a number")
+    topic_replication: int = Field(-1, ge=-1, le=32767, description="replication factor of the topics a kdsm command creates when they do not exist (alerts, dead letters, drift events); -1 = the broker's default.replication.factor (Kafka 2.4+; set that at least to min.insync.replicas, or acks=all sends to them are refused); a broker before 2.4 needs a number")
     connect_timeout_s: float = Field(10.0, gt=0, description="give up reaching a broker after this long (a kdsm command then says Kafka is unreachable)")
     auto_offset_reset: Literal["earliest", "latest"] = Field("earliest", description="where a group without committed offsets starts: earliest = the oldest retained event, latest = only events produced from then on")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field("PLAINTEXT", description="how the clients reach the brokers: plain TCP, TLS, SASL over TCP or SASL over TLS (kafka-python's names)")

@@ -180,13 +180,21 @@ def test_topics_the_cluster_will_not_list_are_logged_and_the_start_goes_on(kafka
     assert "TopicAuthorizationFailedError" in events.events[0]["error"]
 
 
-def test_topics_are_created_with_the_brokers_replication_factor(kafka_bootstrap, redis_url, unique):
+def test_topics_are_created_with_the_brokers_replication_factor(kafka_bootstrap, redis_url, unique, monkeypatch):
     """Created with replication 1 until 2026-12-02: on a cluster with min.insync.replicas 2 every acks=all send to
     them was refused. -1 (the default) asks for the broker's default.replication.factor, one partition as before."""
     s = make_settings(kafka_bootstrap, redis_url, unique)
     assert s.kafka.topic_replication == -1
     topic = f"replicated-{unique}"
+    asked, create = [], KafkaAdminClient.create_topics
+
+    def recorded(self, new_topics, *args, **kwargs):
+        asked.extend((t.name, t.num_partitions, t.replication_factor) for t in new_topics)
+        return create(self, new_topics, *args, **kwargs)  # the real request to the real broker
+
+    monkeypatch.setattr(KafkaAdminClient, "create_topics", recorded)
     assert ensure_topics(s.kafka, [topic]) == [topic]
+    assert asked == [(topic, 1, -1)]
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     try:
         (described,) = admin.describe_topics([topic])
@@ -196,3 +204,5 @@ def test_topics_are_created_with_the_brokers_replication_factor(kafka_bootstrap,
     assert described["partitions"][0]["replica_nodes"]  # the broker's default: this single broker
     with pytest.raises(ValueError, match="replication factor"):
         type(s.kafka)(topic_replication=0)
+    with pytest.raises(ValueError, match="less than or equal to 32767"):  # the protocol's int16: a traceback at start
+        type(s.kafka)(topic_replication=40000)

@@ -313,8 +313,10 @@ def ensure_topics(k, topics: list[str], partitions: int = 1) -> list[str]:
                 created.append(t)
             except TopicAlreadyExistsError:
                 pass
-            except KafkaError as e:
-                log.warning({"event": "topic_create_failed", "topic": t, "error": str(e)})
+            except (KafkaError, ValueError) as e:  # ValueError: a count the protocol cannot encode
+                hint = " (kafka.topic_replication)" if "replication" in str(e).lower() \
+                    or type(e).__name__ in ("InvalidReplicationFactorError", "IncompatibleBrokerVersion") else ""
+                log.warning({"event": "topic_create_failed", "topic": t, "error": describe(e) + hint})
     finally:
         admin.close()
     return created
