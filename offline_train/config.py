@@ -65,6 +65,10 @@ class DataConfig(Section):
     workers: int = Field(2, gt=0, le=256, description="engine dask without a scheduler: worker processes of the local cluster (at most 256; a larger cluster has its own scheduler)")
 
 
+MAX_CATEGORIES = 100_000  # categories counted per feature while profiling (offline_train.features)
+MAX_HASH_BUCKETS = 65_536  # one encoded column each
+
+
 class FeatureSpec(Section):
     """One feature of a mixed event (``features:`` in the config; ``offline_train.features`` applies it).
 
@@ -81,8 +85,8 @@ class FeatureSpec(Section):
     log1p: bool = Field(False, description="numeric only: sign(x) * log(1 + |x|), after clipping")
     clip: tuple[float | None, float | None] | None = Field(None, description="numeric only: [low, high] bounds applied before log1p (null = open)")
     encoding: Literal["auto", "onehot", "frequency", "hash"] = Field("auto", description="categorical only: auto = onehot up to max_categories training categories, else frequency")
-    max_categories: int = Field(20, ge=1, le=4096, description="categorical: one-hot columns at most (at most 4096); rarer training categories share the <unseen> column")
-    hash_buckets: int = Field(32, ge=2, le=4096, description="categorical, encoding hash: number of buckets, one column each (crc32 of the UTF-8 text; at most 4096)")
+    max_categories: int = Field(20, ge=1, description=f"categorical: one-hot columns at most (at most {MAX_CATEGORIES}: the categories profiling counts); rarer training categories share the <unseen> column")
+    hash_buckets: int = Field(32, ge=2, description=f"categorical, encoding hash: number of buckets, one column each (crc32 of the UTF-8 text; at most {MAX_HASH_BUCKETS})")
 
     @property
     def keys(self) -> list[str]:
@@ -90,7 +94,13 @@ class FeatureSpec(Section):
         return self.path.split(".") if self.path else [self.name]
 
     @model_validator(mode="after")
-    def _options_fit_type(self) -> FeatureSpec:
+    def _options_fit_type(self, info: ValidationInfo) -> FeatureSpec:
+        # A spec an artifact holds loads as it was trained (these bounds came after, in 2026-12; a hashed feature of
+        # 5000 buckets trained and served before them)
+        if not (info.context or {}).get("artifact"):
+            for key, most in (("max_categories", MAX_CATEGORIES), ("hash_buckets", MAX_HASH_BUCKETS)):
+                if getattr(self, key) > most:
+                    raise ValueError(f"feature {self.name!r}: {key} {getattr(self, key)} is above {most}")
         if self.type != "numeric" and (self.log1p or self.clip is not None):
             raise ValueError(f"feature {self.name!r}: log1p and clip apply to numeric features only")
         if self.clip is not None and None not in self.clip and self.clip[0] > self.clip[1]:

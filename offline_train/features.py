@@ -55,13 +55,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config import FeatureSpec
+from .config import MAX_CATEGORIES, FeatureSpec
 from .sampling import UniformSample
 
 VERSION = 1
 ABSENT = object()  # a field the record does not have (null is None)
 UNSEEN = "<unseen>"
-_MAX_DISTINCT = 100_000  # categories counted per feature while profiling; later new ones count as one "other"
+_MAX_DISTINCT = MAX_CATEGORIES  # categories counted per feature while profiling; later new ones count as one "other"
 _MAX_FREQUENCIES = 10_000  # frequency encoding keeps the shares of this many most common categories
 # Numeric values kept for the median: every one up to this many, else a uniform sample of this many (8 bytes a value,
 # 12 past the cap: the sampler's positions). The sample before 2026-12 kept every value up to 2 x 200k before it
@@ -431,7 +431,7 @@ class Fitted:
 
     @classmethod
     def from_dict(cls, d: dict) -> Fitted:
-        return cls(FeatureSpec(**d["spec"]), d["kind"], d["fill"], list(d["categories"]), dict(d["frequencies"]),
+        return cls(FeatureSpec.model_validate(d["spec"], context={"artifact": True}), d["kind"], d["fill"], list(d["categories"]), dict(d["frequencies"]),
                    list(d["columns"]), bool(d["indicator"]))
 
     def transform_number(self, v: np.ndarray) -> np.ndarray:
