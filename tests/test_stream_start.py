@@ -206,3 +206,32 @@ def test_topics_are_created_with_the_brokers_replication_factor(kafka_bootstrap,
         type(s.kafka)(topic_replication=0)
     with pytest.raises(ValueError, match="less than or equal to 32767"):  # the protocol's int16: a traceback at start
         type(s.kafka)(topic_replication=40000)
+
+
+def test_a_refusal_the_fetch_process_sent_is_read_even_when_a_command_meets_the_closed_pipe_first():
+    """The child sends its refusal and exits; a rebalance's assign() wrote to it first, met the closed pipe, and the
+    stream stopped with fetch_process_exited (exit 1) while the refusal sat unread in the batch pipe."""
+    import subprocess
+    from multiprocessing.connection import Connection
+
+    from streamer.config import Settings
+    from streamer.pipeline.fetcher import (
+        _REFUSAL,
+        FetchProcess,
+        FetchProcessExited,
+        FetchProcessRefused,
+    )
+
+    k = Settings().kafka
+    fetcher = FetchProcess(k, max_batch=10)
+    fetcher._proc = subprocess.Popen(["true"])  # a child that has exited
+    read, write = os.pipe()
+    fetcher._batches = Connection(read, writable=False)
+    fetcher._commands = Connection(os.open(os.devnull, os.O_WRONLY), readable=False)
+    Connection(write, readable=False).send_bytes(_REFUSAL + b"[Error 29] TopicAuthorizationFailedError")
+    gone = fetcher._exited()
+    assert isinstance(gone, FetchProcessRefused) and isinstance(gone, user_errors()), repr(gone)
+    assert str(gone) == (f"Kafka at {k.bootstrap}: fetching {k.events_topic} (the fetch process) failed: "
+                         "[Error 29] TopicAuthorizationFailedError")
+    assert isinstance(fetcher._exited(), FetchProcessExited)  # nothing more in the pipe: the plain exit
+    fetcher.close()

@@ -300,6 +300,8 @@ class StreamApp:
             refused = e if isinstance(e, REFUSED) else e.__cause__ if isinstance(e.__cause__, REFUSED) else None
             if refused is not None:
                 e = KafkaStartError(k, f"consuming {k.events_topic} in group {k.group_id}", refused)
+            elif isinstance(e.__cause__, KafkaStartError):  # the fetch process's refusal, met by the listener's assign
+                e = e.__cause__
             if isinstance(e, KafkaStartError):  # also the fetch process's consumer, refused
                 log.error({"event": "kafka_refused", "error": str(e), "effect": "stopping; nothing more is committed"})
                 raise e from None

@@ -163,8 +163,7 @@ class FetchProcess:
                 raise self._exited() from None
             if frame.startswith(_REFUSAL):
                 self._reap()
-                raise FetchProcessRefused(self._setup["kafka"]["bootstrap"], self._setup["kafka"]["events_topic"],
-                                          frame[len(_REFUSAL):].decode("utf-8", "replace"))
+                raise self._refused(frame)
             epoch, rb = unpack_batch(frame)
             if epoch != self.epoch:
                 self.dropped += 1
@@ -199,8 +198,20 @@ class FetchProcess:
             self._proc.kill()
             return self._proc.wait()
 
-    def _exited(self) -> FetchProcessExited:
-        return FetchProcessExited(f"the fetch process exited (code {self._reap()}); its log lines are above")
+    def _exited(self) -> FetchProcessExited | FetchProcessRefused:
+        """Why the child is gone: its refusal, where its last frame is one still in the pipe (a command sent before
+        the batches were read meets the closed pipe first), else its exit."""
+        code = self._reap()
+        with contextlib.suppress(EOFError, OSError):
+            while self._batches is not None and self._batches.poll(0):
+                frame = self._batches.recv_bytes()
+                if frame.startswith(_REFUSAL):
+                    return self._refused(frame)
+        return FetchProcessExited(f"the fetch process exited (code {code}); its log lines are above")
+
+    def _refused(self, frame: bytes) -> FetchProcessRefused:
+        return FetchProcessRefused(self._setup["kafka"]["bootstrap"], self._setup["kafka"]["events_topic"],
+                                   frame[len(_REFUSAL):].decode("utf-8", "replace"))
 
 
 def _assign(consumer, msg) -> int:
