@@ -88,7 +88,7 @@ META_COLUMNS = ("kdsm_score", "kdsm_severity", "kdsm_model_version", "kdsm_schem
                 "kdsm_partition", "kdsm_offset", "kdsm_kafka_ts", "kdsm_committed_at")
 RESERVED = {"id", "ts", *META_COLUMNS}
 SPOOL = "_spool"
-OPENING = ".opening"  # a spool's suffix until it is locked (recover() reads only *.arrows)
+OPENING = ".opening"  # a spool's suffix until it is locked (recover() reads such a file only once a minute old)
 RETRY_S = 30.0  # how often the roll thread retries publishing spools whose conversion failed
 
 
@@ -195,8 +195,8 @@ class _Spool:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.id = uuid.uuid4().hex[:12]
         self.path = self.dir / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(opened))}-{self.id}.arrows"
-        # Opened and locked under a name recover() does not read, then renamed: under its own name the spool is
-        # always locked. Opened there, a recover() between the open and the lock (the tick thread's, or another
+        # Opened and locked under a name recover() leaves alone for a minute, then renamed: under its own name the
+        # spool is always locked. Opened there, a recover() between the open and the lock (the tick thread's, or another
         # streamer's on the same directory) took the empty unlocked file for a dead one and unlinked it.
         opening = self.path.with_name(self.path.name + OPENING)
         self.f = open(opening, "wb", buffering=0)  # unbuffered: tell() is what the disk holds, so a torn write can be cut

@@ -137,6 +137,7 @@ class DriftSink:
         self.version: str | None = None
         self.reset()
         self._outbox: queue.Queue | None = None
+        self._closed = False
         if background:
             # Bounded: with cooldown_s 0 and Redis silent, confirmations would otherwise pile up faster than they are
             # published (memory, and a close() that publishes the backlog for minutes)
@@ -289,7 +290,8 @@ class DriftSink:
     def _publish_loop(self) -> None:
         while (event := self._outbox.get()) is not None:
             try:
-                self._announce(event)
+                if not self._closed:  # after an abandoned close: nothing more is sent, no producer built
+                    self._announce(event)
             except Exception:  # noqa: BLE001 - the thread serves every later event too
                 log.exception({"event": "drift_publish_failed", "target": "announce"})
             finally:
@@ -329,7 +331,9 @@ class DriftSink:
                 pass
             self._publisher.join(max(0.0, deadline - time.monotonic()))
             if self._publisher.is_alive():
-                log.error({"event": "drift_publish_abandoned", "waiting": self._outbox.qsize(),
+                self._closed = True  # the thread skips what is left (daemon: it ends with the process)
+                waiting = sum(e is not None for e in list(self._outbox.queue))
+                log.error({"event": "drift_publish_abandoned", "waiting": waiting,
                            "why": f"not published within {timeout_s:g} s of the close (Redis or Kafka not answering)"})
         if self.producer_factory is not None and self.producer is not None:
             self.producer.close(timeout=5)  # only a producer this sink built
@@ -350,7 +354,7 @@ class DriftSink:
             except Exception as e:
                 self.metrics.drift_publish_errors.labels("redis").inc()
                 log.error({"event": "drift_publish_failed", "target": "redis", "error": str(e)})
-        if self.cfg.kafka_topic and (self.producer is not None or self.producer_factory is not None):
+        if self.cfg.kafka_topic and not self._closed and (self.producer is not None or self.producer_factory is not None):
             try:
                 if self.producer is None:
                     self.producer = self.producer_factory()
