@@ -43,6 +43,24 @@ if TYPE_CHECKING:
     import torch
 
 FORMAT = "kdsm-artifact/1"
+
+
+def check_shapes(state: dict, expected: dict[str, tuple], part: str, sizes: str) -> None:
+    """Each tensor of ``state`` named in ``expected`` has that shape, checked before a part of that size is built: the
+    metadata is a checksummed JSON anyone can re-sign, and a part allocates from it (``load_state_dict`` compared only
+    after). RuntimeError, as ``load_state_dict`` raises, names the metadata (``sizes``) and the tensor.
+
+    >>> check_shapes({"w": __import__("numpy").zeros((4, 2))}, {"w": (9, 2)}, "net", "net.rows = 9")
+    Traceback (most recent call last):
+    ...
+    RuntimeError: net.rows = 9 give net.w the shape (9, 2); the weights' has (4, 2)
+    """
+    for name, size in expected.items():
+        tensor = state.get(name)
+        if tensor is None:
+            raise RuntimeError(f"the weights hold no {part}.{name}")
+        if tuple(tensor.shape) != size:
+            raise RuntimeError(f"{sizes} give {part}.{name} the shape {size}; the weights' has {tuple(tensor.shape)}")
 WEIGHTS = "weights.safetensors"
 METADATA = "metadata.json"
 

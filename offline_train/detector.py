@@ -29,7 +29,7 @@ from scipy import sparse
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .artifact import ArtifactError, read_artifact, schema_hash, write_artifact
+from .artifact import ArtifactError, check_shapes, read_artifact, schema_hash, write_artifact
 from .blend import PART_NAMES, Blend
 from .calibrate import Calibration, severity_of
 from .config import (
@@ -134,13 +134,8 @@ def _check_network(state: dict[str, torch.Tensor], d: int, cfg: ModelConfig) -> 
     width, depth = cfg.width, cfg.depth
     if width is None or depth is None:
         raise ValueError("model_config.width and model_config.depth must be set in an artifact")
-    for name, size in (("stem.weight", (width, d)), ("head.2.weight", (d, width))):
-        tensor = state.get(name)
-        if tensor is None:
-            raise RuntimeError(f"the weights hold no net.{name}")
-        if tuple(tensor.shape) != size:
-            raise RuntimeError(f"model_config.width = {width} and model_config.d = {d} give net.{name} the shape "
-                               f"{size}; the weights' has {tuple(tensor.shape)}")
+    check_shapes(state, {"stem.weight": (width, d), "head.2.weight": (d, width)}, "net",
+                 f"model_config.width = {width} and model_config.d = {d}")
     blocks = {k.split(".")[1] for k in state if k.startswith("blocks.")}
     if len(blocks) != depth or blocks != {str(i) for i in range(depth)}:  # the count first: depth may be huge
         raise RuntimeError(f"model_config.depth = {depth}, but the weights hold {len(blocks)} residual block(s) "

@@ -41,6 +41,8 @@ import torch
 from sklearn.ensemble import IsolationForest
 from torch import nn
 
+from .artifact import check_shapes
+
 
 def average_path_length(n: np.ndarray) -> np.ndarray:
     """c(n): the mean depth of an unsuccessful search in a binary search tree of n keys (Liu et al. 2008).
@@ -219,13 +221,7 @@ class IsolationScorer(nn.Module):
             raise ValueError(f"forest.levels = {levels} is outside 0..{MAX_LEVELS}")
         inner = trees * max(2**levels - 1, 1)
         expected = {"feature": (inner,), "threshold": (inner,), "leaf_value": (trees * 2**levels,), "scale": ()}
-        for name, size in expected.items():
-            tensor = state.get(name)
-            if tensor is None:
-                raise RuntimeError(f"the weights hold no forest.{name}")
-            if tuple(tensor.shape) != size:
-                raise RuntimeError(f"forest.trees = {trees} and forest.levels = {levels} give forest.{name} the shape "
-                                   f"{size}; the weights' has {tuple(tensor.shape)}")
+        check_shapes(state, expected, "forest", f"forest.trees = {trees} and forest.levels = {levels}")
         return trees, levels
 
     @torch.no_grad()

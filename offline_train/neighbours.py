@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .artifact import check_shapes
+
 _CHUNK = 256  # rows per distance block: 256 x 512 float32 stays in a core's L2 cache
 
 
@@ -96,13 +98,8 @@ class NeighbourScorer(nn.Module):
                 raise ValueError(f"knn.{key} must be a whole number, not {value!r}")
         if d is not None and width != d:
             raise ValueError(f"k-NN part: reference rows of {width} features for {d}")
-        for name, size in (("reference", (rows, width)), ("reference_sq", (rows,))):
-            tensor = state.get(name)
-            if tensor is None:
-                raise RuntimeError(f"the weights hold no knn.{name}")
-            if tuple(tensor.shape) != size:
-                raise RuntimeError(f"knn.rows = {rows} and knn.d = {width} give knn.{name} the shape {size}; "
-                                   f"the weights' has {tuple(tensor.shape)}")
+        check_shapes(state, {"reference": (rows, width), "reference_sq": (rows,)}, "knn",
+                     f"knn.rows = {rows} and knn.d = {width}")
         scorer = cls(rows, width, int(shape["k"]))
         scorer.load_state_dict(state, strict=True)
         if not 1 <= scorer.k < scorer.reference.shape[0]:
