@@ -332,7 +332,8 @@ class DriftSink:
             self._publisher.join(max(0.0, deadline - time.monotonic()))
             if self._publisher.is_alive():
                 self._closed = True  # the thread skips what is left (daemon: it ends with the process)
-                waiting = sum(e is not None for e in list(self._outbox.queue))
+                with self._outbox.mutex:
+                    waiting = sum(e is not None for e in self._outbox.queue)
                 log.error({"event": "drift_publish_abandoned", "waiting": waiting,
                            "why": f"not published within {timeout_s:g} s of the close (Redis or Kafka not answering)"})
         if self.producer_factory is not None and self.producer is not None:
@@ -357,7 +358,11 @@ class DriftSink:
         if self.cfg.kafka_topic and not self._closed and (self.producer is not None or self.producer_factory is not None):
             try:
                 if self.producer is None:
-                    self.producer = self.producer_factory()
+                    producer = self.producer_factory()
+                    if self._closed:  # the close gave up while it was built: nothing would close it
+                        producer.close(timeout=0)
+                        return
+                    self.producer = producer
                 self.producer.send(self.cfg.kafka_topic, key=event["model_version"].encode(), value=body.encode())
                 self.producer.flush(timeout=10)
             except Exception as e:
