@@ -45,6 +45,19 @@ if TYPE_CHECKING:
 FORMAT = "kdsm-artifact/1"
 
 
+def check_counts(part: str, **counts) -> None:
+    """Each of an artifact's sizes (``part.name = value``) is a whole number (not a bool, a float or text): ValueError.
+
+    >>> check_counts("knn", rows=512, d=2.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: knn.d must be a whole number, not 2.0
+    """
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{part}.{name} must be a whole number, not {value!r}")
+
+
 def check_shapes(state: dict, expected: dict[str, tuple], part: str, sizes: str) -> None:
     """Each tensor of ``state`` named in ``expected`` has that shape, checked before a part of that size is built: the
     metadata is a checksummed JSON anyone can re-sign, and a part allocates from it (``load_state_dict`` compared only

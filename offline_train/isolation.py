@@ -41,7 +41,7 @@ import torch
 from sklearn.ensemble import IsolationForest
 from torch import nn
 
-from .artifact import check_shapes
+from .artifact import check_counts, check_shapes
 
 
 def average_path_length(n: np.ndarray) -> np.ndarray:
@@ -212,9 +212,7 @@ class IsolationScorer(nn.Module):
         RuntimeError: forest.trees = 3 and forest.levels = 22 give forest.feature the shape (12582909,); the weights' has (9,)
         """
         trees, levels = shape["trees"], shape["levels"]
-        for key, value in (("trees", trees), ("levels", levels)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"forest.{key} must be a whole number, not {value!r}")
+        check_counts("forest", trees=trees, levels=levels)
         if trees < 1:
             raise ValueError(f"forest.trees = {trees}: a forest has at least 1 tree")
         if not 0 <= levels <= MAX_LEVELS:

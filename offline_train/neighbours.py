@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .artifact import check_shapes
+from .artifact import check_counts, check_shapes
 
 _CHUNK = 256  # rows per distance block: 256 x 512 float32 stays in a core's L2 cache
 
@@ -93,9 +93,7 @@ class NeighbourScorer(nn.Module):
         RuntimeError: knn.rows = 1000000000 and knn.d = 2 give knn.reference the shape (1000000000, 2); the weights' has (4, 2)
         """
         rows, width = shape["rows"], shape["d"]
-        for key, value in (("rows", rows), ("d", width)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"knn.{key} must be a whole number, not {value!r}")
+        check_counts("knn", rows=rows, d=width)
         if d is not None and width != d:
             raise ValueError(f"k-NN part: reference rows of {width} features for {d}")
         check_shapes(state, {"reference": (rows, width), "reference_sq": (rows,)}, "knn",
