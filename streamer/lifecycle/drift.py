@@ -62,7 +62,6 @@ log = logging.getLogger("kdsm.drift")
 _BACKLOG = 8  # drift events a background sink holds while it publishes
 
 
-
 def make_detector(cfg: DriftConfig):
     """The configured river detector."""
     if cfg.detector == "adwin":

@@ -21,7 +21,9 @@ from kafka.errors import (
     AuthorizationError,
     GroupMaxSizeReachedError,
     IllegalSaslStateError,
+    IncompatibleBrokerVersion,
     InvalidGroupIdError,
+    InvalidReplicationFactorError,
     InvalidSessionTimeoutError,
     KafkaConfigurationError,
     KafkaError,
@@ -62,6 +64,8 @@ def settings_hint(e: BaseException) -> str:
                 "group.max.session.timeout.ms, by default 6000 and 1800000)")
     if isinstance(e, (InvalidGroupIdError, GroupMaxSizeReachedError)):
         return " (kafka.group_id)"
+    if isinstance(e, InvalidReplicationFactorError):
+        return " (kafka.topic_replication)"
     return f" ({_SECURITY_KEYS})" if isinstance(e, _SECURITY) else ""
 
 
@@ -313,9 +317,8 @@ def ensure_topics(k, topics: list[str], partitions: int = 1) -> list[str]:
                 created.append(t)
             except TopicAlreadyExistsError:
                 pass
-            except (KafkaError, ValueError) as e:  # ValueError: a count the protocol cannot encode
-                hint = " (kafka.topic_replication)" if "replication" in str(e).lower() \
-                    or type(e).__name__ in ("InvalidReplicationFactorError", "IncompatibleBrokerVersion") else ""
+            except KafkaError as e:  # a broker before 2.4 cannot take the default replication factor (-1)
+                hint = " (kafka.topic_replication)" if isinstance(e, IncompatibleBrokerVersion) else settings_hint(e)
                 log.warning({"event": "topic_create_failed", "topic": t, "error": describe(e) + hint})
     finally:
         admin.close()
