@@ -428,8 +428,6 @@ class _OverYaml(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = self.source()  # first, as before: a variable that is not JSON is its own error
-        if not any(_is_model(getattr(self.settings_cls.model_fields.get(k), "annotation", None)) for k in data):
-            return data
         return _without(data, self.yaml.not_mappings())
 
 
